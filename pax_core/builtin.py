@@ -1,0 +1,75 @@
+"""The built-in components, registered as the plugin ``core``.
+
+They go through the same hooks as any plugin, so a plugin can do everything the core does and
+``pax plugins`` lists the built-ins like the rest.
+"""
+
+from pax_core.components import Component, ExperimentRef
+from pax_core.hookspecs import hookimpl
+
+
+@hookimpl
+def pax_register_models():
+    return [Component("mlp", "pax_core.models.mlp:MlpClassifier", "dense classifier (ReLU MLP)")]
+
+
+@hookimpl
+def pax_register_partitioners():
+    return [
+        Component(
+            "data_parallel",
+            "pax_core.partitioning:DataParallel",
+            "batch split over all devices, parameters replicated",
+        )
+    ]
+
+
+@hookimpl
+def pax_register_inputs():
+    return [
+        Component(
+            "synthetic",
+            "pax_core.inputs.synthetic:SyntheticInput",
+            "random tokens or features from a seed (no data needed)",
+        )
+    ]
+
+
+@hookimpl
+def pax_register_checkpointers():
+    return [
+        Component(
+            "orbax",
+            "pax_core.checkpointing:OrbaxCheckpointer",
+            "Orbax CheckpointManager: async, atomic, keeps the last N",
+        )
+    ]
+
+
+@hookimpl
+def pax_register_loggers():
+    return [
+        Component("console", "pax_core.loggers.console:ConsoleLogger", "progress bar or lines"),
+        Component("jsonl", "pax_core.loggers.jsonl:JsonlLogger", "JOB_DIR/metrics.jsonl"),
+        Component(
+            "tensorboard",
+            "pax_core.loggers.tensorboard:TensorBoardLogger",
+            "event files under JOB_DIR/summaries (no TensorFlow)",
+        ),
+    ]
+
+
+@hookimpl
+def pax_register_experiments():
+    return [
+        ExperimentRef(
+            "MlpSynthetic",
+            "pax_core.examples:MlpSynthetic",
+            "tiny MLP on synthetic features: checks an installation in seconds",
+        )
+    ]
+
+
+@hookimpl
+def pax_register_backends():
+    return [Component("cpu", "pax_core.backends:CpuBackend", "host CPU (fake devices for tests)")]

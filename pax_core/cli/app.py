@@ -1,0 +1,161 @@
+"""The typer application: built-in subcommands plus those plugins register."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from pax_core.components import Registered
+from pax_core.errors import warn
+from pax_core.plugins import PluginHost
+
+PluginOpt = Annotated[
+    str | None,
+    typer.Option("--plugin", "-p", help="Look the experiment up in this plugin only (it must "
+                 "load; its import error is shown if it does not)."),
+]
+ExpOpt = Annotated[
+    str,
+    typer.Option("--exp", "-e", help="Experiment: a registered name, plugin/name, a dotted path "
+                 "or suffix (Pax's tasks.lm.params.…), or module:Class / file.py:Class."),
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override an experiment constant "
+                 "(NUM_LAYERS=4) or a config path (task.model.num_layers=4); repeatable. "
+                 "Pax's --fdl.KEY=VALUE is accepted too."),
+]
+JobDirOpt = Annotated[
+    str,
+    typer.Option("--job-dir", "-j", help="Directory for the config, checkpoints and metrics. "
+                 "Running again in the same directory resumes."),
+]
+PlatformOpt = Annotated[
+    str | None,
+    typer.Option("--platform", help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX "
+                 "finds."),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+
+
+def _host(ctx: typer.Context) -> PluginHost:
+    return ctx.find_root().obj
+
+
+def root(
+    plugins: Annotated[str | None, typer.Option(
+        "--plugins", help="Load only these plugins, comma-separated (empty: built-ins only). "
+        "Same as PAX_PLUGINS.")] = None,
+    disable_plugins: Annotated[str | None, typer.Option(
+        "--disable-plugins", help="Do not load these plugins, comma-separated. Same as "
+        "PAX_DISABLE_PLUGINS.")] = None,
+) -> None:
+    """Pax: train large neural networks on JAX, from one CPU to a pod.
+
+    Plugins add models, inputs, experiments and commands: `pax plugins` lists them.
+    """
+
+
+def plugins_command(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+    """List plugins: distribution, version, status, and what each registered."""
+    from pax_core.cli import listing
+
+    listing.show_plugins(_host(ctx), as_json)
+
+
+def experiments_command(ctx: typer.Context, plugin: PluginOpt = None,
+                        as_json: JsonOpt = False) -> None:
+    """List registered experiments (importing none of them)."""
+    from pax_core.cli import listing
+
+    listing.show_experiments(_host(ctx), plugin, as_json)
+
+
+def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
+                   set_items: SetOpt = None, as_json: JsonOpt = False) -> None:
+    """Print the resolved configuration of an experiment, overrides applied."""
+    from pax_core import config
+
+    resolved = config.resolve(_host(ctx), exp, plugin, set_items or [])
+    resolved.build()
+    typer.echo(resolved.to_json() if as_json else resolved.to_text(), nl=False)
+
+
+def train_command(ctx: typer.Context, exp: ExpOpt, job_dir: JobDirOpt, plugin: PluginOpt = None,
+                  set_items: SetOpt = None, platform: PlatformOpt = None) -> None:
+    """Train an experiment, or resume it from the latest checkpoint in --job-dir."""
+    from pax_core import commands
+
+    commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items or [],
+                   job_dir=job_dir, platform=platform)
+
+
+def eval_command(
+    ctx: typer.Context,
+    job_dir: JobDirOpt,
+    exp: Annotated[str | None, typer.Option("--exp", "-e", help="Experiment; default: the one "
+                                            "recorded in --job-dir.")] = None,
+    plugin: PluginOpt = None,
+    set_items: SetOpt = None,
+    platform: PlatformOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Evaluate the latest checkpoint of a job on the experiment's eval datasets."""
+    import json
+
+    from pax_core import commands
+    from pax_core.loggers.console import format_line
+
+    step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
+                                      set_items=set_items or [], job_dir=job_dir,
+                                      platform=platform)
+    if as_json:
+        typer.echo(json.dumps({"step": step, "eval": results}, indent=1))
+        return
+    for name, metrics in results.items():
+        typer.echo(format_line(step, f"eval/{name}", metrics))
+
+
+def _plugin_command(entry: Registered) -> typer.Typer:
+    """A stand-in that imports the plugin's command only when it runs."""
+    lazy = typer.Typer(add_completion=False)
+
+    @lazy.command(
+        name=entry.name,
+        help=entry.component.help or f"(from plugin {entry.plugin})",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                          "help_option_names": []},
+        add_help_option=False,
+    )
+    def run(ctx: typer.Context) -> None:
+        target = entry.load()
+        command = target if isinstance(target, typer.Typer) else _as_app(target)
+        command(args=ctx.args, prog_name=f"pax {entry.name}", obj=ctx.find_root().obj)
+
+    return lazy
+
+
+def _as_app(function) -> typer.Typer:
+    app = typer.Typer(add_completion=False)
+    app.command()(function)
+    return app
+
+
+def build_app(host: PluginHost) -> typer.Typer:
+    app = typer.Typer(add_completion=False, no_args_is_help=True,
+                      pretty_exceptions_enable=False, rich_markup_mode=None)
+    app.callback()(root)
+    app.command("plugins")(plugins_command)
+    app.command("experiments")(experiments_command)
+    app.command("config")(config_command)
+    app.command("train")(train_command)
+    app.command("eval")(eval_command)
+    builtin = {"plugins", "experiments", "config", "train", "eval"}
+    for entry in host.components("commands"):
+        if entry.name in builtin:
+            warn(f"plugin '{entry.plugin}' registers a command '{entry.name}', which is built in; "
+                 f"it is ignored")
+            continue
+        app.registered_commands += _plugin_command(entry).registered_commands
+    return app

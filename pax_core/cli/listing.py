@@ -1,0 +1,61 @@
+"""``pax plugins`` and ``pax experiments``: tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from pax_core.plugins import PluginHost
+
+_STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red"}
+
+
+def show_plugins(host: PluginHost, as_json: bool) -> None:
+    records = list(host.records.values())
+    conflicts = {
+        kind: {name: [e.qualified_name for e in entries]
+               for name, entries in host.components(kind).conflicts().items()}
+        for kind in {k for r in records for k in r.registered}
+    }
+    conflicts = {k: v for k, v in conflicts.items() if v}
+    if as_json:
+        print(json.dumps({"plugins": [r.as_json() for r in records], "conflicts": conflicts},
+                         indent=1))
+        return
+    table = Table(title="Pax plugins")
+    for column in ("plugin", "distribution", "version", "status", "registered"):
+        table.add_column(column)
+    for r in records:
+        registered = "\n".join(f"{kind}: {', '.join(names)}"
+                               for kind, names in r.registered.items())
+        status = r.status if not r.reason else f"{r.status}: {r.reason}"
+        style = _STATUS_STYLE.get(r.status, "")
+        table.add_row(r.name, r.distribution, r.version, f"[{style}]{status}[/{style}]",
+                      registered or "-")
+    console = Console()
+    console.print(table)
+    for kind, names in conflicts.items():
+        for name, owners in names.items():
+            console.print(f"[yellow]{kind[:-1]} '{name}' is registered by {', '.join(owners)}; "
+                          f"name it as plugin/{name}[/yellow]")
+
+
+def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> None:
+    if plugin:
+        host.require(plugin)
+    entries = [e for e in host.components("experiments") if plugin is None or e.plugin == plugin]
+    if as_json:
+        print(json.dumps([
+            {"name": e.name, "plugin": e.plugin, "target": e.component.target,
+             "aliases": list(getattr(e.component, "aliases", ())), "help": e.component.help}
+            for e in entries
+        ], indent=1))
+        return
+    table = Table(title="Pax experiments")
+    for column in ("experiment", "plugin", "class", "description"):
+        table.add_column(column)
+    for e in entries:
+        table.add_row(e.name, e.plugin, e.component.target, e.component.help)
+    Console().print(table)

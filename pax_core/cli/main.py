@@ -1,0 +1,58 @@
+"""The ``pax`` command.
+
+This module imports only typer and the plugin host: ``pax --help`` and ``pax plugins`` must not
+start JAX. Commands import the training machinery when they run.
+
+Exit codes: 0 success; 2 a usage or configuration mistake (one line on stderr, nothing written);
+1 a failure during a run.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from pax_core.cli import app as app_module
+from pax_core.errors import PaxError
+from pax_core.overrides import normalise_argv
+from pax_core.plugins import PluginHost, PluginSelection
+
+GLOBAL_OPTIONS = ("--plugins", "--disable-plugins")
+
+
+def _global_options(argv: list[str]) -> dict[str, str]:
+    """Read the plugin-selection switches that precede the subcommand.
+
+    They are needed before the app exists, because plugins contribute subcommands to it.
+    """
+    found: dict[str, str] = {}
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        name, eq, value = argv[i].partition("=")
+        if name in GLOBAL_OPTIONS:
+            if not eq and i + 1 < len(argv):
+                i += 1
+                value = argv[i]
+            found[name] = value
+        i += 1
+    return found
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    try:
+        options = _global_options(argv)
+        selection = PluginSelection.from_env(
+            allow=options.get("--plugins"), disable=options.get("--disable-plugins")
+        )
+        host = PluginHost(selection)
+        app = app_module.build_app(host)
+        app(args=argv, prog_name="pax", obj=host)
+    except PaxError as e:
+        typer.echo(f"pax: error: {e}", err=True)
+        sys.exit(e.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""What ``pax train`` and ``pax eval`` do, apart from parsing the command line.
+
+Order matters: everything a user can get wrong (experiment name, overrides, component names,
+mesh and batch sizes) is checked before the job directory is written.
+"""
+
+from __future__ import annotations
+
+import jax
+
+from pax_core import config
+from pax_core.checkpointing import CheckpointSettings
+from pax_core.errors import RunError, UsageError
+from pax_core.evaluation import Evaluator
+from pax_core.events import RunInfo, notify
+from pax_core.jobdir import JobDir, library_versions
+from pax_core.loggers import LoggerGroup
+from pax_core.loop import TrainLoop
+from pax_core.plugins import PluginHost
+from pax_core.runner import Run, build_run, start_runtime
+
+
+def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
+    header = [f"# experiment: {resolved.name}"]
+    header += [f"# override: {o}" for o in resolved.overrides]
+    header += [f"# plugin {n}: {v}" for n, v in host.active_versions().items()]
+    header += [f"# {n}: {v}" for n, v in library_versions().items()]
+    return "\n".join(header) + "\n" + resolved.to_text()
+
+
+def _checkpointer(host: PluginHost, run: Run, job_dir: JobDir):
+    exp, train = run.resolved.experiment, run.task.train
+    entry = host.components("checkpointers").get(exp.CHECKPOINTER)
+    settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
+    return entry.build(str(job_dir.checkpoints), settings)
+
+
+def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+             job_dir: JobDir, platform: str | None) -> Run:
+    resolved = config.resolve(host, exp, plugin, set_items)
+    job_dir.check_same_experiment(resolved.name)
+    devices = start_runtime(host, platform)
+    return build_run(host, resolved, devices)
+
+
+def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
+          platform: str | None = None) -> str:
+    """Train (or resume) ``exp`` in ``job_dir``; returns the final status."""
+    jd = JobDir(job_dir)
+    run = _prepare(host, exp, plugin, set_items, jd, platform)
+    experiment = run.resolved.experiment
+    logger_entries = [host.components("loggers").get(n) for n in experiment.LOGGERS]
+    host.components("checkpointers").get(experiment.CHECKPOINTER)
+    primary = jax.process_index() == 0
+    if primary:
+        jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
+                  config_json=run.resolved.to_json(), config_text=_config_text(run.resolved, host),
+                  plugins=host.active_versions())
+    checkpointer = _checkpointer(host, run, jd)
+    state, start_step = run.restore_or_init(checkpointer)
+    info = RunInfo(run.resolved.name, str(jd.path), run.task.train.num_train_steps, start_step,
+                   jax.process_index(), jax.process_count())
+    loggers = LoggerGroup([e.build(str(jd.path)) for e in logger_entries] if primary else [])
+    status, step = "failed", start_step
+    try:
+        loop = TrainLoop(run, checkpointer, loggers, host.pm, info)
+        _, step, status = loop.run_loop(state)
+    finally:
+        loggers.close()
+        checkpointer.close()
+        notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
+    if status == "interrupted":
+        raise RunError(f"interrupted at step {step}; the checkpoint is saved, run the same "
+                       f"command to resume")
+    return status
+
+
+def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
+             job_dir: str, platform: str | None = None) -> tuple[int, dict[str, dict[str, float]]]:
+    """Evaluate the latest checkpoint in ``job_dir``; returns (step, metrics per dataset).
+
+    Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used.
+    """
+    jd = JobDir(job_dir)
+    last = jd.last_run()
+    if exp is None:
+        if last is None:
+            raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
+        exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
+    run = _prepare(host, exp, plugin, set_items, jd, platform)
+    if not run.eval_inputs:
+        raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
+    checkpointer = _checkpointer(host, run, jd)
+    try:
+        step = checkpointer.latest_step()
+        if step is None:
+            raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
+        state, _ = run.restore_or_init(checkpointer)
+        return step, Evaluator(run).evaluate(state.params)
+    finally:
+        checkpointer.close()

@@ -1,0 +1,80 @@
+"""From what the user typed to a validated configuration: experiment, overrides, build.
+
+Everything here happens before the job directory is touched, so a mistake ends with a
+``UsageError`` and nothing written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import fiddle as fdl
+from fiddle import printing
+from fiddle.experimental import serialization
+
+from pax_core import lookup, overrides
+from pax_core.errors import PaxError, UsageError
+from pax_core.experiment import Experiment
+from pax_core.plugins import PluginHost
+from pax_core.task import Job
+
+
+@dataclasses.dataclass
+class ResolvedRun:
+    """An experiment with the user's overrides applied, ready to build."""
+
+    name: str
+    experiment: Experiment
+    config: fdl.Config
+    overrides: list[str]
+
+    def build(self) -> Job:
+        """Build the objects; a config that cannot build is the user's to fix (exit 2)."""
+        try:
+            job = fdl.build(self.config)
+        except PaxError:
+            raise
+        except Exception as e:
+            raise UsageError(f"the config of {self.name} does not build: "
+                             f"{type(e).__name__}: {e}") from e
+        _check_datasets(self.name, job.datasets)
+        return job
+
+    def to_json(self) -> str:
+        return serialization.dump_json(self.config, indent=1)
+
+    def to_text(self) -> str:
+        lines = printing.as_str_flattened(self.config, include_types=False).splitlines()
+        return "\n".join(line for line in lines if "<[unset" not in line) + "\n"
+
+
+def _check_datasets(name: str, datasets: list[Any]) -> None:
+    training = [d for d in datasets if getattr(d, "is_training", False)]
+    if len(training) != 1:
+        raise UsageError(f"experiment {name} must declare exactly one dataset with "
+                         f"is_training=True in datasets(); it has {len(training)}")
+    names = [getattr(d, "name", "") for d in datasets]
+    if len(set(names)) != len(names):
+        raise UsageError(f"experiment {name}: dataset names must be unique, got {names}")
+
+
+def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]) -> ResolvedRun:
+    """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects)."""
+    if plugin:
+        host.require(plugin)
+    name, cls = lookup.resolve(host.components("experiments"), exp, plugin)
+    parsed = overrides.parse(set_items)
+    cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+    experiment = cls()
+    try:
+        config = fdl.Config(Job, task=experiment.task(), datasets=list(experiment.datasets()))
+    except PaxError:
+        raise
+    except Exception as e:
+        raise UsageError(f"experiment {name} could not make its config: "
+                         f"{type(e).__name__}: {e}") from e
+    for ov in parsed:
+        if not ov.is_constant:
+            overrides.apply_path(config, ov)
+    return ResolvedRun(name, experiment, config, [str(o) for o in parsed])

@@ -1,0 +1,44 @@
+"""Evaluation over the experiment's non-training datasets."""
+
+from __future__ import annotations
+
+import jax
+
+from pax_core.errors import RunError
+from pax_core.runner import Run
+from pax_core.steps import make_eval_step
+
+
+class Evaluator:
+    """Runs the jitted eval step over each eval input and averages with the metric weights.
+
+    Per-batch sums are added on the device; the host reads them once per dataset.
+    """
+
+    def __init__(self, run: Run):
+        self.run = run
+        params_sharding = run.state_shardings.params
+        self._step = jax.jit(make_eval_step(run.task.model), in_shardings=(params_sharding, None),
+                             out_shardings=run.partitioner.replicated)
+
+    def evaluate(self, params) -> dict[str, dict[str, float]]:
+        """``{dataset name: {metric: value}}`` for every eval dataset."""
+        return {data.name: self._evaluate_one(params, data) for data in self.run.eval_inputs}
+
+    def _evaluate_one(self, params, data) -> dict[str, float]:
+        data.reset()
+        sums, count = None, 0
+        while data.eval_num_batches < 0 or count < data.eval_num_batches:
+            try:
+                local = data.get_next()
+            except StopIteration:
+                break
+            out = self._step(params, self.run.partitioner.global_batch(local))
+            sums = out if sums is None else jax.tree.map(lambda a, b: a + b, sums, out)
+            count += 1
+        if sums is None:
+            raise RunError(f"eval input '{data.name}' produced no batch")
+        host = jax.device_get(sums)
+        metrics = {k: float(v) / max(float(w), 1e-9) for k, (v, w) in host.items()}
+        metrics["num_batches"] = float(count)
+        return metrics

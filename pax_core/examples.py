@@ -1,0 +1,56 @@
+"""The core's own experiment: trains in seconds on any machine, with no modality installed."""
+
+from __future__ import annotations
+
+import fiddle as fdl
+
+from pax_core.experiment import Experiment
+from pax_core.inputs.synthetic import SyntheticInput
+from pax_core.models.mlp import MlpClassifier
+from pax_core.optimizers import Adam
+from pax_core.schedules import LinearRampupCosineDecay
+from pax_core.task import Learner, Task, Train
+
+
+class MlpSynthetic(Experiment):
+    """An MLP learns a fixed random linear teacher on Gaussian features.
+
+    Accuracy climbs well above chance within a hundred steps; use it to check an installation,
+    a mesh, or a plugin's hooks without any data.
+    """
+
+    FEATURE_DIM = 16
+    NUM_CLASSES = 4
+    HIDDEN_DIMS = (64,)
+    BATCH_SIZE = 64
+    LEARNING_RATE = 3e-3
+    NUM_TRAIN_STEPS = 200
+
+    def task(self) -> fdl.Config[Task]:
+        schedule = fdl.Config(LinearRampupCosineDecay, warmup_steps=10, decay_start=11,
+                              decay_end=self.NUM_TRAIN_STEPS, min_ratio=0.1)
+        optimizer = fdl.Config(Adam, learning_rate=self.LEARNING_RATE, lr_schedule=schedule,
+                               clip_gradient_norm_to_value=1.0)
+        return fdl.Config(
+            Task,
+            model=fdl.Config(MlpClassifier, num_classes=self.NUM_CLASSES,
+                             hidden_dims=self.HIDDEN_DIMS),
+            train=fdl.Config(
+                Train,
+                learner=fdl.Config(Learner, optimizer=optimizer),
+                num_train_steps=self.NUM_TRAIN_STEPS,
+                save_interval_steps=100,
+                save_max_to_keep=2,
+                summary_interval_steps=20,
+                eval_interval_steps=100,
+            ),
+        )
+
+    def datasets(self) -> list[fdl.Config[SyntheticInput]]:
+        def features(name: str, is_training: bool, seed: int):
+            return fdl.Config(SyntheticInput, name=name, is_training=is_training, seed=seed,
+                              batch_size=self.BATCH_SIZE, kind="features",
+                              feature_dim=self.FEATURE_DIM, num_classes=self.NUM_CLASSES,
+                              eval_num_batches=4)
+
+        return [features("train", True, 1234), features("test", False, 4321)]

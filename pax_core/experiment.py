@@ -1,0 +1,45 @@
+"""The experiment base class, shaped like Pax's.
+
+An experiment is a class with UPPER_CASE constants, a ``task()`` that returns an ``fdl.Config``
+of ``pax_core.task.Task``, and a ``datasets()`` that returns input configs (one with
+``is_training=True``; the others are evaluated). The mesh is declared on the class. Constants are
+the knobs: ``--set NUM_LAYERS=4`` makes a subclass with the new value before ``task()`` runs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class Experiment:
+    """Base of every experiment.
+
+    ``ICI_MESH_SHAPE`` / ``DCN_MESH_SHAPE`` / ``MESH_AXIS_NAMES`` declare the device mesh (Pax's
+    conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER``,
+    ``CHECKPOINTER`` and ``LOGGERS`` name registered components.
+    """
+
+    ICI_MESH_SHAPE: list[int] | None = None
+    DCN_MESH_SHAPE: list[int] | None = None
+    MESH_AXIS_NAMES: tuple[str, ...] = ("replica", "data", "mdl")
+    PARTITIONER: str = "data_parallel"
+    CHECKPOINTER: str = "orbax"
+    LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")
+
+    def task(self) -> Any:
+        """Return ``fdl.Config(pax_core.task.Task, model=..., train=...)``."""
+        raise NotImplementedError(f"{type(self).__name__} must define task()")
+
+    def datasets(self) -> list[Any]:
+        """Return input configs; exactly one must have ``is_training=True``."""
+        raise NotImplementedError(f"{type(self).__name__} must define datasets()")
+
+    @classmethod
+    def constants(cls) -> dict[str, Any]:
+        """Every UPPER_CASE class attribute, including inherited ones."""
+        out: dict[str, Any] = {}
+        for klass in reversed(cls.__mro__):
+            for name, value in vars(klass).items():
+                if name.isupper() and not name.startswith("_") and not callable(value):
+                    out[name] = value
+        return out

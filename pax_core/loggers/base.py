@@ -1,0 +1,69 @@
+"""The interface every metric sink implements, and the group the training loop talks to.
+
+The loop calls loggers only with host-side Python values, at summary steps and after evals, so a
+logger never causes a device sync. ``progress`` is called every step with the step number only
+(no device values) so that a progress bar can move without reading the device.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pax_core.errors import warn
+
+
+class Logger(abc.ABC):
+    """A metric sink. Construct with ``Logger(job_dir)``; all methods run on process 0 only."""
+
+    def __init__(self, job_dir: str):
+        self.job_dir = job_dir
+
+    def start(self, *, experiment: str, start_step: int, num_train_steps: int,
+              hparams: Mapping[str, Any]) -> None:
+        """Called once before the first step. ``hparams`` are flat scalar settings of the run."""
+
+    def progress(self, step: int) -> None:
+        """Called after every step is dispatched; must be cheap."""
+
+    @abc.abstractmethod
+    def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+        """Record ``metrics`` at ``step``. ``kind`` is ``train`` or ``eval/<dataset name>``."""
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        """Record a piece of text (a config dump, a sample); optional."""
+
+    def close(self) -> None:
+        """Flush and release files; called once at the end, also after a failure."""
+
+
+class LoggerGroup:
+    """Fans calls out to several loggers; one that fails is reported once and dropped."""
+
+    def __init__(self, loggers: Sequence[Logger]):
+        self.loggers = list(loggers)
+
+    def _each(self, method: str, *args: Any, **kwargs: Any) -> None:
+        for logger in list(self.loggers):
+            try:
+                getattr(logger, method)(*args, **kwargs)
+            except Exception as e:
+                warn(f"logger {type(logger).__name__} failed in {method} and is switched off: "
+                     f"{type(e).__name__}: {e}")
+                self.loggers.remove(logger)
+
+    def start(self, **kwargs: Any) -> None:
+        self._each("start", **kwargs)
+
+    def progress(self, step: int) -> None:
+        self._each("progress", step)
+
+    def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+        self._each("write", step, kind, metrics)
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        self._each("text", step, tag, text)
+
+    def close(self) -> None:
+        self._each("close")

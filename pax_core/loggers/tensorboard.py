@@ -1,0 +1,59 @@
+"""Metrics as TensorBoard event files under ``JOB_DIR/summaries``, written by tensorboardX.
+
+tensorboardX writes the event format without TensorFlow. Each kind of summary gets its own run
+directory (``train``, ``eval_<name>``), so TensorBoard draws train and eval curves of the same
+metric name on one chart, told apart by run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tensorboardX import SummaryWriter
+
+from pax_core.loggers.base import Logger
+
+
+def _escape(value: Any) -> str:
+    """The value as table cell text; a bare ``|`` would end the cell."""
+    return str(value).replace("|", r"\|")
+
+
+def _markdown_table(hparams: Mapping[str, Any]) -> str:
+    """The settings as a two-column table, which TensorBoard's text tab renders as markdown."""
+    rows = [f"| {name} | {_escape(value)} |" for name, value in hparams.items()]
+    return "\n".join(["| name | value |", "| --- | --- |", *rows])
+
+
+class TensorBoardLogger(Logger):
+    """One ``SummaryWriter`` per run directory, created when that run first has something."""
+
+    def __init__(self, job_dir: str):
+        super().__init__(job_dir)
+        self._writers: dict[str, SummaryWriter] = {}
+
+    def _writer(self, kind: str) -> SummaryWriter:
+        run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
+        if run not in self._writers:
+            self._writers[run] = SummaryWriter(os.path.join(self.job_dir, "summaries", run))
+        return self._writers[run]
+
+    def start(self, *, experiment: str, start_step: int, num_train_steps: int,
+              hparams: Mapping[str, Any]) -> None:
+        # As text, not ``add_hparams``, which would put them in a timestamped run of their own.
+        self.text(start_step, "hparams", _markdown_table(hparams))
+
+    def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+        writer = self._writer(kind)
+        for name, value in metrics.items():
+            writer.add_scalar(name, float(value), global_step=step)
+
+    def text(self, step: int, tag: str, text: str) -> None:
+        self._writer("train").add_text(tag, text, global_step=step)
+
+    def close(self) -> None:
+        for writer in self._writers.values():
+            writer.close()  # flushes what is queued first
+        self._writers.clear()

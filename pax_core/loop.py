@@ -1,0 +1,138 @@
+"""The training loop.
+
+It dispatches steps without waiting for them: metrics stay on the device until a summary step,
+and the host only blocks on a step ``max_inflight_steps`` behind the newest, which bounds memory
+without stalling the device. A SIGTERM or Ctrl-C finishes the current step, saves a checkpoint
+and stops cleanly; running the same command again resumes.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import signal
+import time
+from typing import Any
+
+import jax
+
+from pax_core.checkpointing import Checkpointer
+from pax_core.errors import RunError
+from pax_core.evaluation import Evaluator
+from pax_core.events import RunInfo, notify
+from pax_core.loggers import LoggerGroup
+from pax_core.runner import Run
+from pax_core.state import TrainState, count_params
+from pax_core.steps import make_train_step
+
+
+@contextlib.contextmanager
+def _stop_on_signals(flag: dict[str, bool]):
+    """Turn SIGTERM/SIGINT into a request to stop after the current step."""
+
+    def handler(signum, frame):
+        flag["stop"] = True
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+class TrainLoop:
+    def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup, pm: Any,
+                 info: RunInfo):
+        self.run, self.checkpointer, self.loggers, self.pm = run, checkpointer, loggers, pm
+        self.info = info
+        self.settings = run.task.train
+        learner = self.settings.learner
+        step_fn = make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
+                                  learner.num_microbatches)
+        self.train_step = jax.jit(
+            step_fn,
+            in_shardings=(run.state_shardings, run.batch_shardings(run.batch_spec)),
+            out_shardings=(run.state_shardings, run.partitioner.replicated),
+            donate_argnums=0,
+        )
+        self.evaluator = Evaluator(run)
+        self._last_summary = (info.start_step, time.perf_counter())
+
+    def _log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
+        self.loggers.write(step, kind, metrics)
+        notify(self.pm, "pax_on_metrics", run=self.info, step=step, kind=kind, metrics=metrics)
+
+    def _summarise(self, step: int, metrics: dict[str, jax.Array]) -> None:
+        values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        last_step, last_time = self._last_summary
+        now = time.perf_counter()
+        steps_per_sec = (step - last_step) / max(now - last_time, 1e-9)
+        self._last_summary = (step, now)
+        values["steps_per_sec"] = steps_per_sec
+        values["examples_per_sec"] = steps_per_sec * self.run.train_input.batch_size
+        tokens = values.pop("num_tokens")
+        if tokens > 0:
+            values["tokens_per_sec"] = steps_per_sec * tokens
+        self._log(step, "train", values)
+
+    def _evaluate(self, step: int, params: Any) -> None:
+        if not self.run.eval_inputs:
+            return
+        for name, metrics in self.evaluator.evaluate(params).items():
+            self._log(step, f"eval/{name}", metrics)
+        self._last_summary = (self._last_summary[0], time.perf_counter())
+
+    def _save(self, step: int, state: TrainState, force: bool = False) -> None:
+        if self.checkpointer.save(step, state, self.run.train_input.get_state(), force=force):
+            notify(self.pm, "pax_on_checkpoint_saved", run=self.info, step=step,
+                   directory=self.checkpointer.directory)
+
+    def _next_batch(self, step: int) -> dict[str, jax.Array]:
+        try:
+            local = self.run.train_input.get_next()
+        except StopIteration:
+            raise RunError(f"training input '{self.run.train_input.name}' ran out at step "
+                           f"{step}; make it repeat or lower task.train.num_train_steps") from None
+        return self.run.partitioner.global_batch(local)
+
+    def run_loop(self, state: TrainState) -> tuple[TrainState, int, str]:
+        """Train from ``info.start_step`` to ``num_train_steps``; returns (state, step, status)."""
+        step, total = self.info.start_step, self.settings.num_train_steps
+        self.loggers.start(experiment=self.info.experiment, start_step=step,
+                           num_train_steps=total, hparams=self._hparams())
+        notify(self.pm, "pax_on_train_start", run=self.info)
+        inflight: collections.deque = collections.deque()
+        flag = {"stop": False}
+        self._last_summary = (step, time.perf_counter())
+        with _stop_on_signals(flag):
+            while step < total and not flag["stop"]:
+                state, metrics = self.train_step(state, self._next_batch(step))
+                step += 1
+                inflight.append(metrics["loss"])
+                if len(inflight) > self.settings.max_inflight_steps:
+                    inflight.popleft().block_until_ready()
+                self.loggers.progress(step)
+                if step % self.settings.summary_interval_steps == 0 or step == total:
+                    self._summarise(step, metrics)
+                if step % self.settings.eval_interval_steps == 0 and step < total:
+                    self._evaluate(step, state.params)
+                self._save(step, state)
+        status = "interrupted" if flag["stop"] else "completed"
+        self._save(step, state, force=True)
+        if status == "completed":
+            self._evaluate(step, state.params)
+        self.checkpointer.wait()
+        return state, step, status
+
+    def _hparams(self) -> dict[str, Any]:
+        train = self.settings
+        return {
+            "experiment": self.info.experiment,
+            "num_params": count_params(self.run.abstract_state.params),
+            "global_batch_size": self.run.train_input.batch_size,
+            "num_devices": self.run.partitioner.mesh.size,
+            "num_train_steps": train.num_train_steps,
+            "learning_rate": train.learner.optimizer.learning_rate,
+            "num_microbatches": train.learner.num_microbatches,
+        }

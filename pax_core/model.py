@@ -1,0 +1,24 @@
+"""What a model returns to the training loop.
+
+A Pax model is a Flax ``linen.Module`` that computes its own loss, as in Pax: ``__call__(batch,
+train=...)`` returns a ``ModelOutput``. The loop differentiates ``loss``; ``metrics`` are
+weighted scalars (value, weight), so that averages over microbatches, steps and eval batches
+weigh each example or token correctly.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+WeightedScalar = tuple[Any, Any]
+
+
+class ModelOutput(NamedTuple):
+    """The loss to minimise, weighted metrics, and how many tokens the batch held.
+
+    ``num_tokens`` feeds the tokens/s metric; leave it 0 for models without tokens.
+    """
+
+    loss: Any
+    metrics: dict[str, WeightedScalar]
+    num_tokens: Any = 0

@@ -1,0 +1,1 @@
+"""Models that ship with the core (modalities bring their own)."""

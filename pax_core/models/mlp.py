@@ -1,0 +1,31 @@
+"""A dense classifier: the smallest real model, used by the core's example experiment."""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax.numpy as jnp
+import optax
+
+from pax_core.model import ModelOutput
+
+
+class MlpClassifier(nn.Module):
+    """ReLU MLP over ``batch["features"]`` predicting ``batch["labels"]`` with cross-entropy."""
+
+    num_classes: int = 4
+    hidden_dims: tuple[int, ...] = (64,)
+
+    @nn.compact
+    def __call__(self, batch, train: bool = False) -> ModelOutput:
+        x = batch["features"]
+        for width in self.hidden_dims:
+            x = nn.relu(nn.Dense(width)(x))
+        logits = nn.Dense(self.num_classes)(x)
+        labels = batch["labels"]
+        xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        ones = jnp.ones_like(xent)
+        correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+        return ModelOutput(
+            loss=jnp.mean(xent),
+            metrics={"accuracy": (correct, ones), "xent": (xent, ones)},
+        )

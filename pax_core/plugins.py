@@ -1,0 +1,246 @@
+"""The plugin host: finds plugins, isolates the broken ones, and serves their components.
+
+Plugins are entry points in the ``pax`` group. Each is loaded on its own (pluggy's own loader
+stops at the first import error), validated against the hook specs, and asked once for what it
+registers. Built-in components are the plugin ``core``.
+
+Environment (each has a command-line switch on ``pax``):
+
+* ``PAX_PLUGINS=a,b`` loads only those plugins (empty: built-ins only); ``--plugins``.
+* ``PAX_DISABLE_PLUGINS=a,b`` skips those plugins; ``--disable-plugins``.
+* ``PAX_STRICT_PLUGINS=1`` makes any plugin failure fatal instead of a warning.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import os
+from collections.abc import Iterable
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from pax_core import __version__, hookspecs
+from pax_core.components import KINDS, Component, Registered, Registry
+from pax_core.errors import RunError, UsageError, warn
+
+CORE = "core"
+
+
+@dataclasses.dataclass
+class PluginRecord:
+    """What ``pax plugins`` shows for one plugin."""
+
+    name: str
+    distribution: str
+    version: str
+    module: str
+    status: str = "active"
+    reason: str = ""
+    registered: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    error: BaseException | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.distribution} {self.version}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "distribution": self.distribution,
+            "version": self.version,
+            "module": self.module,
+            "status": self.status,
+            "reason": self.reason,
+            "registered": self.registered,
+        }
+
+
+def _split(value: str | None) -> list[str] | None:
+    if value is None:
+        return None
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginSelection:
+    """Which plugins to load: ``allow`` None means all; an empty list means built-ins only."""
+
+    allow: list[str] | None = None
+    disable: tuple[str, ...] = ()
+    strict: bool = False
+
+    @classmethod
+    def from_env(
+        cls, allow: str | None = None, disable: str | None = None, strict: bool | None = None
+    ) -> PluginSelection:
+        """Command-line values win over the environment."""
+        allow_list = _split(allow if allow is not None else os.environ.get("PAX_PLUGINS"))
+        if disable is None:
+            disable = os.environ.get("PAX_DISABLE_PLUGINS")
+        disable_list = _split(disable)
+        if strict is None:
+            strict = os.environ.get("PAX_STRICT_PLUGINS", "") not in ("", "0", "false", "False")
+        return cls(allow_list, tuple(disable_list or ()), strict)
+
+    def why_skipped(self, name: str) -> str | None:
+        if name in self.disable:
+            return "disabled (PAX_DISABLE_PLUGINS / --disable-plugins)"
+        if self.allow is not None and name not in self.allow:
+            return "not in the allow-list (PAX_PLUGINS / --plugins)"
+        return None
+
+
+class PluginHost:
+    """A pluggy manager plus the components each plugin registered."""
+
+    def __init__(
+        self,
+        selection: PluginSelection | None = None,
+        *,
+        entry_points: Iterable[importlib.metadata.EntryPoint] | None = None,
+    ):
+        self.selection = selection or PluginSelection.from_env()
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.records: dict[str, PluginRecord] = {}
+        self._registered: dict[str, list[Registered]] = {}
+        self._registries: dict[str, Registry] = {}
+        from pax_core import builtin
+
+        self.register(builtin, CORE, distribution="pax-core", version=__version__)
+        if entry_points is None:
+            entry_points = importlib.metadata.entry_points(group=hookspecs.PROJECT)
+        for ep in entry_points:
+            self._load_entry_point(ep)
+
+    def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
+        dist = ep.dist.name if ep.dist else "unknown distribution"
+        version = ep.dist.version if ep.dist else "?"
+        if ep.name in self.records:
+            first = self.records[ep.name]
+            self._fail(
+                PluginRecord(ep.name, dist, version, ep.value),
+                UsageError(f"plugin name '{ep.name}' is already taken by {first.label}"),
+            )
+            return
+        skipped = self.selection.why_skipped(ep.name)
+        if skipped:
+            self.records[ep.name] = PluginRecord(
+                ep.name, dist, version, ep.value, status="disabled", reason=skipped
+            )
+            return
+        try:
+            module = ep.load()
+        except Exception as e:
+            self._fail(PluginRecord(ep.name, dist, version, ep.value), e)
+            return
+        self.register(module, ep.name, distribution=dist, version=version)
+
+    def register(
+        self,
+        plugin: ModuleType | object,
+        name: str,
+        *,
+        distribution: str = "unknown distribution",
+        version: str = "?",
+    ) -> PluginRecord:
+        """Register a plugin object (module or instance) under ``name`` and collect its records.
+
+        A plugin whose hooks do not match the specs, or whose registration hooks raise or
+        return the wrong type, is unregistered and marked failed.
+        """
+        module = getattr(plugin, "__name__", type(plugin).__name__)
+        record = PluginRecord(name, distribution, version, module)
+        if name in self.records:
+            raise UsageError(f"plugin name '{name}' is already taken by {self.records[name].label}")
+        try:
+            self.pm.register(plugin, name=name)
+            self.pm.check_pending()
+            collected = self._collect(name, record.label)
+        except Exception as e:
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+            self._fail(record, e)
+            return record
+        self._registered[name] = collected
+        record.registered = {
+            kind: [r.name for r in collected if r.kind == kind]
+            for kind in KINDS
+            if any(r.kind == kind for r in collected)
+        }
+        self.records[name] = record
+        self._registries = {}
+        return record
+
+    def unregister(self, name: str) -> None:
+        """Remove a plugin registered under ``name`` (used by tests)."""
+        plugin = self.pm.get_plugin(name)
+        if plugin is not None:
+            self.pm.unregister(plugin)
+        self.records.pop(name, None)
+        self._registered.pop(name, None)
+        self._registries = {}
+
+    def _collect(self, name: str, label: str) -> list[Registered]:
+        out: list[Registered] = []
+        for kind in KINDS:
+            hook = getattr(self.pm.hook, f"pax_register_{kind}")
+            for impl in hook.get_hookimpls():
+                if impl.plugin_name != name:
+                    continue
+                result = impl.function()
+                if not isinstance(result, list | tuple) or not all(
+                    isinstance(c, Component) for c in result
+                ):
+                    raise TypeError(
+                        f"pax_register_{kind} must return a list of Component records, "
+                        f"got {result!r}"
+                    )
+                names = [c.name for c in result]
+                dupes = sorted({n for n in names if names.count(n) > 1})
+                if dupes:
+                    raise ValueError(f"pax_register_{kind} returns {dupes[0]!r} twice")
+                out.extend(Registered(kind, name, c, label) for c in result)
+        return out
+
+    def _fail(self, record: PluginRecord, error: BaseException) -> None:
+        record.status = "failed"
+        record.reason = f"{type(error).__name__}: {error}".splitlines()[0]
+        record.error = error
+        self.records.setdefault(record.name, record)
+        message = (
+            f"plugin '{record.name}' ({record.label}, entry point {record.module}) "
+            f"failed to load: {record.reason}"
+        )
+        if self.selection.strict:
+            raise RunError(message + " [PAX_STRICT_PLUGINS is set]") from error
+        warn(message)
+
+    def components(self, kind: str) -> Registry:
+        """Every active component of ``kind``, in registration order."""
+        if kind not in KINDS:
+            raise ValueError(f"unknown component kind {kind!r}; kinds are {', '.join(KINDS)}")
+        if kind not in self._registries:
+            entries = [r for regs in self._registered.values() for r in regs if r.kind == kind]
+            self._registries[kind] = Registry(kind, entries)
+        return self._registries[kind]
+
+    def require(self, name: str) -> PluginRecord:
+        """The plugin a user named explicitly: it must exist and be active."""
+        record = self.records.get(name)
+        if record is None:
+            known = ", ".join(sorted(self.records)) or "none"
+            raise UsageError(f"unknown plugin '{name}'; installed plugins: {known}")
+        if record.status == "failed":
+            message = f"plugin '{name}' ({record.label}) failed to load: {record.reason}"
+            raise RunError(message) from record.error
+        if record.status == "disabled":
+            raise UsageError(f"plugin '{name}' is {record.reason}")
+        return record
+
+    def active_versions(self) -> dict[str, str]:
+        """``{plugin: "distribution version"}`` of every active plugin, for the job record."""
+        return {n: r.label for n, r in self.records.items() if r.status == "active"}

@@ -1,0 +1,90 @@
+"""The jitted computations of a run: one train step and one eval step.
+
+Metrics stay on the device: the step returns scalars and the loop decides when to read them,
+so nothing here forces a device-to-host copy.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from pax_core.model import ModelOutput
+from pax_core.state import TrainState
+
+
+def _weighted_means(metrics: dict[str, tuple[Any, Any]]) -> dict[str, jax.Array]:
+    return {k: jnp.sum(v * w) / jnp.maximum(jnp.sum(w), 1e-9) for k, (v, w) in metrics.items()}
+
+
+def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
+    """Split ``[B, ...]`` into ``[k, B/k, ...]`` taking every k-th row, so that each device's
+    contiguous rows stay on that device (no data moves between devices)."""
+    return {
+        name: x.reshape((x.shape[0] // k, k, *x.shape[1:])).swapaxes(0, 1)
+        for name, x in batch.items()
+    }
+
+
+def make_train_step(model: nn.Module, tx: optax.GradientTransformation, learning_rate_at,
+                    num_microbatches: int = 1):
+    """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
+    asked), one optimizer update, and the step's loss, learning rate and gradient norm."""
+
+    def grads_of(params, batch, rng):
+        def loss_fn(p):
+            out: ModelOutput = model.apply({"params": p}, batch, train=True,
+                                           rngs={"dropout": rng})
+            return out.loss, out
+
+        (_, out), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return grads, out
+
+    def accumulate(params, batch, rng):
+        def body(acc, xs):
+            mb, mb_rng = xs
+            grads, out = grads_of(params, mb, mb_rng)
+            return jax.tree.map(jnp.add, acc, grads), out
+
+        zeros = jax.tree.map(jnp.zeros_like, params)
+        rngs = jax.random.split(rng, num_microbatches)
+        summed, outs = jax.lax.scan(body, zeros, (_microbatches(batch, num_microbatches), rngs))
+        grads = jax.tree.map(lambda g: g / num_microbatches, summed)
+        metrics = {k: (v.reshape(-1), w.reshape(-1)) for k, (v, w) in outs.metrics.items()}
+        return grads, ModelOutput(jnp.mean(outs.loss), metrics, jnp.sum(outs.num_tokens))
+
+    def train_step(state: TrainState, batch: dict[str, jax.Array]):
+        rng, step_rng = jax.random.split(state.rng)
+        if num_microbatches > 1:
+            grads, out = accumulate(state.params, batch, step_rng)
+        else:
+            grads, out = grads_of(state.params, batch, step_rng)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {
+            "loss": out.loss,
+            **_weighted_means(out.metrics),
+            "learning_rate": learning_rate_at(state.step),
+            "grad_norm": optax.global_norm(grads),
+            "num_tokens": jnp.asarray(out.num_tokens, jnp.float32),
+        }
+        return TrainState(params, opt_state, state.step + 1, rng), metrics
+
+    return train_step
+
+
+def make_eval_step(model: nn.Module):
+    """``(params, batch) -> sums``: weighted sums (not means), so that the loop can add them over
+    eval batches on the device and divide once at the end."""
+
+    def eval_step(params, batch):
+        out: ModelOutput = model.apply({"params": params}, batch, train=False)
+        sums = {"loss": (out.loss, jnp.ones(()))}
+        sums.update({k: (jnp.sum(v * w), jnp.sum(w)) for k, (v, w) in out.metrics.items()})
+        return sums
+
+    return eval_step

@@ -1,0 +1,55 @@
+"""The configured objects an experiment's ``task()`` builds, with Pax's field names and defaults.
+
+Paths follow Pax, so ``--set task.train.num_train_steps=300`` and
+``--set task.train.learner.optimizer.learning_rate=1e-4`` mean what a Pax user expects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from pax_core.optimizers import Adam
+
+
+@dataclasses.dataclass
+class Learner:
+    """How gradients become updates.
+
+    ``num_microbatches`` > 1 accumulates gradients over that many slices of each batch before
+    one update (the batch must divide evenly).
+    """
+
+    optimizer: Any = dataclasses.field(default_factory=Adam)
+    num_microbatches: int = 1
+
+
+@dataclasses.dataclass
+class Train:
+    """The schedule of a run (Pax's ``SingleTask.Train`` defaults)."""
+
+    learner: Learner = dataclasses.field(default_factory=Learner)
+    num_train_steps: int = 10_000_000
+    save_interval_steps: int = 5000
+    save_max_to_keep: int = 10
+    summary_interval_steps: int = 100
+    eval_interval_steps: int = 100
+    max_inflight_steps: int = 2
+    random_seed: int = 1234
+
+
+@dataclasses.dataclass
+class Task:
+    """A model and how to train it."""
+
+    model: Any
+    train: Train = dataclasses.field(default_factory=Train)
+
+
+@dataclasses.dataclass
+class Job:
+    """The root of a resolved configuration: what ``pax config`` prints and ``--set`` paths
+    start from (``task.…`` and ``datasets[i].…``)."""
+
+    task: Task
+    datasets: list[Any]
