@@ -63,7 +63,7 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     loggers = LoggerGroup([e.build(str(jd.path)) for e in logger_entries] if primary else [])
     status, step = "failed", start_step
     try:
-        loop = TrainLoop(run, checkpointer, loggers, host.pm, info)
+        loop = TrainLoop(run, checkpointer, loggers, host, info)
         _, step, status = loop.run_loop(state)
     finally:
         loggers.close()

@@ -21,6 +21,7 @@ from pax_core.errors import RunError
 from pax_core.evaluation import Evaluator
 from pax_core.events import RunInfo, notify
 from pax_core.loggers import LoggerGroup
+from pax_core.plugins import PluginHost
 from pax_core.runner import Run
 from pax_core.state import TrainState, count_params
 from pax_core.steps import make_train_step
@@ -42,9 +43,10 @@ def _stop_on_signals(flag: dict[str, bool]):
 
 
 class TrainLoop:
-    def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup, pm: Any,
-                 info: RunInfo):
-        self.run, self.checkpointer, self.loggers, self.pm = run, checkpointer, loggers, pm
+    def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup,
+                 host: PluginHost, info: RunInfo):
+        self.run, self.checkpointer, self.loggers = run, checkpointer, loggers
+        self.host, self.pm = host, host.pm
         self.info = info
         self.settings = run.task.train
         learner = self.settings.learner
@@ -84,7 +86,12 @@ class TrainLoop:
         self._last_summary = (self._last_summary[0], time.perf_counter())
 
     def _save(self, step: int, state: TrainState, force: bool = False) -> None:
-        if self.checkpointer.save(step, state, self.run.train_input.get_state(), force=force):
+        try:
+            saved = self.checkpointer.save(step, state, self.run.train_input.get_state(),
+                                           force=force)
+        except Exception as e:
+            raise self.host.provider_error("checkpointer", self.checkpointer, e) from e
+        if saved:
             notify(self.pm, "pax_on_checkpoint_saved", run=self.info, step=step,
                    directory=self.checkpointer.directory)
 
@@ -94,6 +101,8 @@ class TrainLoop:
         except StopIteration:
             raise RunError(f"training input '{self.run.train_input.name}' ran out at step "
                            f"{step}; make it repeat or lower task.train.num_train_steps") from None
+        except Exception as e:
+            raise self.host.provider_error("input", self.run.train_input, e) from e
         return self.run.partitioner.global_batch(local)
 
     def run_loop(self, state: TrainState) -> tuple[TrainState, int, str]:

@@ -219,13 +219,3 @@ def apply_path(root: fdl.Buildable, ov: Override) -> None:
         raise UsageError(f"--set {ov}: {walked} is a built value, not a config")
     setattr(node, name, _typed_value(ov, current, _parameters(node)[name]))
 
-
-def normalise_argv(argv: list[str]) -> list[str]:
-    """Accept Pax's ``--fdl.KEY=VALUE`` spelling as ``--set KEY=VALUE``."""
-    out: list[str] = []
-    for arg in argv:
-        if arg.startswith("--fdl.") and "=" in arg:
-            out += ["--set", arg[len("--fdl."):]]
-        else:
-            out.append(arg)
-    return out

@@ -137,7 +137,7 @@ class PluginHost:
         except Exception as e:
             self._fail(PluginRecord(ep.name, dist, version, ep.value), e)
             return
-        self.register(module, ep.name, distribution=dist, version=version)
+        self.register(module, ep.name, distribution=dist, version=version, source=ep.value)
 
     def register(
         self,
@@ -146,14 +146,16 @@ class PluginHost:
         *,
         distribution: str = "unknown distribution",
         version: str = "?",
+        source: str | None = None,
     ) -> PluginRecord:
         """Register a plugin object (module or instance) under ``name`` and collect its records.
 
         A plugin whose hooks do not match the specs, or whose registration hooks raise or
         return the wrong type, is unregistered and marked failed.
         """
-        module = getattr(plugin, "__name__", type(plugin).__name__)
-        record = PluginRecord(name, distribution, version, module)
+        if source is None:
+            source = getattr(plugin, "__name__", type(plugin).__qualname__)
+        record = PluginRecord(name, distribution, version, source)
         if name in self.records:
             raise UsageError(f"plugin name '{name}' is already taken by {self.records[name].label}")
         try:
@@ -240,6 +242,23 @@ class PluginHost:
         if record.status == "disabled":
             raise UsageError(f"plugin '{name}' is {record.reason}")
         return record
+
+    def owner_of(self, obj: Any) -> str | None:
+        """The plugin whose package defines ``obj``'s class, for attributing a failure."""
+        cls = obj if isinstance(obj, type) else type(obj)
+        package = cls.__module__.split(".")[0]
+        for name, record in self.records.items():
+            if record.status == "active" and record.module.split(".")[0].split(":")[0] == package:
+                return name
+        return None
+
+    def provider_error(self, what: str, obj: Any, error: BaseException) -> RunError:
+        """A ``RunError`` for a failing model, input or checkpointer, naming its plugin."""
+        owner = self.owner_of(obj)
+        name = (obj if isinstance(obj, type) else type(obj)).__name__
+        source = f" from plugin '{owner}' ({self.records[owner].label})" if owner else ""
+        detail = f"{type(error).__name__}: {error}".splitlines()[0]
+        return RunError(f"{what} {name}{source} failed: {detail}")
 
     def active_versions(self) -> dict[str, str]:
         """``{plugin: "distribution version"}`` of every active plugin, for the job record."""

@@ -113,7 +113,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
                 f"({per_shard}); change task.train.learner.num_microbatches or the batch_size"
             )
     tx = learner.optimizer.build()
-    sample = _peek(train_input)
+    sample = _peek(host, train_input)
     batch_spec = {
         k: jax.ShapeDtypeStruct((train_input.batch_size, *v.shape[1:]), v.dtype)
         for k, v in sample.items()
@@ -122,8 +122,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
     try:
         abstract = jax.eval_shape(init, np.uint32(0))
     except Exception as e:
-        raise UsageError(f"the model of {resolved.name} cannot be initialised on its input: "
-                         f"{type(e).__name__}: {e}".splitlines()[0]) from e
+        raise host.provider_error("model", job.task.model, e) from e
     shardings = partitioner.state_shardings(abstract)
     abstract = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
@@ -132,8 +131,10 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
                batch_spec)
 
 
-def _peek(data: Input) -> dict[str, np.ndarray]:
+def _peek(host: PluginHost, data: Input) -> dict[str, np.ndarray]:
     try:
         return data.peek()
     except StopIteration:
         raise RunError(f"input '{data.name}' is empty") from None
+    except Exception as e:
+        raise host.provider_error("input", data, e) from e

@@ -69,7 +69,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, learning
             "loss": out.loss,
             **_weighted_means(out.metrics),
             "learning_rate": learning_rate_at(state.step),
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
             "num_tokens": jnp.asarray(out.num_tokens, jnp.float32),
         }
         return TrainState(params, opt_state, state.step + 1, rng), metrics

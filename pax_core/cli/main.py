@@ -15,10 +15,20 @@ import typer
 
 from pax_core.cli import app as app_module
 from pax_core.errors import PaxError
-from pax_core.overrides import normalise_argv
 from pax_core.plugins import PluginHost, PluginSelection
 
 GLOBAL_OPTIONS = ("--plugins", "--disable-plugins")
+
+
+def normalise_argv(argv: list[str]) -> list[str]:
+    """Accept Pax's ``--fdl.KEY=VALUE`` spelling as ``--set KEY=VALUE``."""
+    out: list[str] = []
+    for arg in argv:
+        if arg.startswith("--fdl.") and "=" in arg:
+            out += ["--set", arg[len("--fdl."):]]
+        else:
+            out.append(arg)
+    return out
 
 
 def _global_options(argv: list[str]) -> dict[str, str]:

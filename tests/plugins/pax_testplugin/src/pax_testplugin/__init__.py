@@ -1,0 +1,1 @@
+"""A tiny plugin that exercises every registration a modality makes."""

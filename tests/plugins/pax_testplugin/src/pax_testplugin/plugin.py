@@ -1,0 +1,26 @@
+"""Entry point of the test plugin: registrations only, nothing heavy imported."""
+
+from pax_core import hookimpl
+from pax_core.components import Component, ExperimentRef
+
+
+@hookimpl
+def pax_register_models():
+    return [Component("tiny_lm", "pax_testplugin.model:TinyLm", "one-layer next-token model")]
+
+
+@hookimpl
+def pax_register_inputs():
+    return [Component("counting", "pax_testplugin.data:CountingInput", "arithmetic sequences")]
+
+
+@hookimpl
+def pax_register_experiments():
+    return [
+        ExperimentRef(
+            "TinyCounting",
+            "pax_testplugin.experiments:TinyCounting",
+            "tiny LM learns to count (seconds on a CPU)",
+            aliases=("tasks.test.params.counting.TinyCountingLegacy",),
+        )
+    ]

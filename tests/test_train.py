@@ -1,0 +1,156 @@
+"""The training loop: sharding, gradient accumulation, exact resume, interruption, failures."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec
+
+from pax_core import commands, config, hookimpl
+from pax_core.errors import RunError, UsageError
+from pax_core.runner import build_run
+from pax_core.steps import make_train_step
+from pax_core.testing import isolated_host, register_plugin
+
+TEST_PLUGIN = importlib.import_module("pax_testplugin.plugin")
+
+
+@pytest.fixture
+def host():
+    return isolated_host(("testplugin", TEST_PLUGIN))
+
+
+def _run(host, devices, *overrides):
+    resolved = config.resolve(host, "TinyCounting", None, list(overrides))
+    return build_run(host, resolved, devices)
+
+
+def _train_steps(run, steps: int):
+    """Losses and final params of ``steps`` steps, through the same jitted step as the loop."""
+    learner = run.task.train.learner
+    step = jax.jit(
+        make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
+                        learner.num_microbatches),
+        in_shardings=(run.state_shardings, run.batch_shardings(run.batch_spec)),
+        out_shardings=(run.state_shardings, run.partitioner.replicated),
+    )
+    state, losses = run.init_state(), []
+    for _ in range(steps):
+        state, metrics = step(state, run.partitioner.global_batch(run.train_input.get_next()))
+        losses.append(float(metrics["loss"]))
+    return losses, state
+
+
+def test_state_is_created_sharded_and_batches_split_over_devices(host):
+    run = _run(host, jax.devices())
+    state = run.init_state()
+    kernel = jax.tree.leaves(state.params)[0]
+    assert isinstance(kernel.sharding, NamedSharding)
+    assert kernel.sharding.mesh.size == 8
+    assert kernel.sharding.spec == PartitionSpec()
+    batch = run.partitioner.global_batch(run.train_input.get_next())
+    assert batch["ids"].sharding.spec == PartitionSpec("data", None)
+    assert {s.data.shape for s in batch["ids"].addressable_shards} == {(2, 16)}
+
+
+def test_eight_devices_match_one_device(host):
+    many, _ = _train_steps(_run(host, jax.devices()), 3)
+    one, _ = _train_steps(_run(host, jax.devices()[:1]), 3)
+    np.testing.assert_allclose(many, one, rtol=1e-5)
+
+
+def test_gradient_accumulation_matches_the_full_batch(host):
+    full, full_state = _train_steps(_run(host, jax.devices()[:2]), 2)
+    micro, micro_state = _train_steps(
+        _run(host, jax.devices()[:2], "task.train.learner.num_microbatches=4"), 2
+    )
+    np.testing.assert_allclose(micro, full, rtol=1e-5)
+    for a, b in zip(jax.tree.leaves(full_state.params), jax.tree.leaves(micro_state.params),
+                    strict=True):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_microbatches_must_divide_the_per_device_batch(host):
+    with pytest.raises(UsageError, match="num_microbatches 3 must divide"):
+        _run(host, jax.devices(), "task.train.learner.num_microbatches=3")
+
+
+def test_batch_that_does_not_divide_over_devices_is_refused_before_writing(host, tmp_path):
+    job_dir = tmp_path / "job"
+    with pytest.raises(UsageError, match="does not divide over 8 devices"):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(job_dir),
+                       set_items=["datasets[0].batch_size=12"])
+    assert not job_dir.exists()
+
+
+def _losses(job_dir) -> dict[int, float]:
+    lines = (job_dir / "metrics.jsonl").read_text().splitlines()
+    return {r["step"]: r["loss"] for r in map(json.loads, lines) if r["kind"] == "train"}
+
+
+def test_resume_continues_exactly_where_it_stopped(host, tmp_path):
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(straight), set_items=[])
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(split),
+                   set_items=["task.train.num_train_steps=40"])
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(split), set_items=[])
+    assert _losses(split)[60] == pytest.approx(_losses(straight)[60], rel=1e-6)
+    assert len((split / "runs.jsonl").read_text().splitlines()) == 2
+
+
+def test_sigterm_saves_a_checkpoint_and_stops(host, tmp_path):
+    class Preempt:
+        @hookimpl
+        def pax_on_metrics(self, run, step, kind, metrics):
+            if step == 10:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    with register_plugin(host, Preempt(), "preempt"), pytest.raises(
+        RunError, match="interrupted at step 10"
+    ):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10"]
+
+
+def test_failing_input_stops_the_run_naming_its_plugin(host, tmp_path, monkeypatch):
+    from pax_testplugin.data import CountingInput
+
+    def broken(self):
+        if self.index >= 3:
+            raise OSError("disk went away")
+        self.index += 1
+        return real_get_next(self)
+
+    real_get_next = CountingInput.get_next
+    monkeypatch.setattr(CountingInput, "get_next", broken)
+    with pytest.raises(RunError) as info:
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
+    message = str(info.value)
+    assert "input CountingInput from plugin 'testplugin'" in message
+    assert "OSError: disk went away" in message
+
+
+def test_job_dir_of_another_experiment_is_left_alone(host, tmp_path):
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
+                   set_items=["task.train.num_train_steps=10"])
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    with pytest.raises(UsageError, match="holds a run of testplugin/TinyCounting"):
+        commands.train(host, exp="MlpSynthetic", plugin=None, job_dir=str(tmp_path),
+                       set_items=[])
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+
+
+def test_eval_reads_the_latest_checkpoint(host, tmp_path):
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
+    step, results = commands.evaluate(host, exp=None, plugin=None, set_items=[],
+                                      job_dir=str(tmp_path))
+    assert step == 60
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    final_eval = [r for r in records if r["kind"] == "eval/test"][-1]
+    assert results["test"]["loss"] == pytest.approx(final_eval["loss"], rel=1e-6)
