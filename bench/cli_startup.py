@@ -54,7 +54,7 @@ def main() -> None:
     out.mkdir(exist_ok=True)
     (out / "cli_startup.json").write_text(json.dumps({"rounds": args.rounds, "rows": rows},
                                                      indent=1))
-    lines = ["| command | median s | min s | × import jax | target s | meets |",
+    lines = ["| command | median s | min s | ratio to import jax | target s | meets |",
              "|---|---|---|---|---|---|"]
     lines += [f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | "
               f"{r['vs_import_jax']:.2f} | {r['target_s'] or ''} | "

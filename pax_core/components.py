@@ -135,7 +135,10 @@ class Registry:
     def get(self, name: str, plugin: str | None = None) -> Registered:
         """Resolve ``name`` (or ``plugin/name``), optionally restricted to one plugin."""
         if "/" in name:
-            plugin, _, name = name.partition("/")
+            named, _, name = name.partition("/")
+            if plugin is not None and named != plugin:
+                raise UsageError(f"{self.kind[:-1]} '{named}/{name}' is not from plugin '{plugin}'")
+            plugin = named
         matches = [
             e for e in self.entries if e.name == name and (plugin is None or e.plugin == plugin)
         ]

@@ -37,12 +37,12 @@ class ResolvedRun:
             raise
         except Exception as e:
             raise UsageError(f"the config of {self.name} does not build: "
-                             f"{type(e).__name__}: {e}") from e
+                             f"{type(e).__name__}: {e}".splitlines()[0]) from e
         _check_datasets(self.name, job.datasets)
         return job
 
     def to_json(self) -> str:
-        return serialization.dump_json(self.config, indent=1)
+        return serialization.dump_json(self.config, indent=1) + "\n"
 
     def to_text(self) -> str:
         lines = printing.as_str_flattened(self.config, include_types=False).splitlines()

@@ -27,7 +27,8 @@ class MlpSynthetic(Experiment):
     NUM_TRAIN_STEPS = 200
 
     def task(self) -> fdl.Config[Task]:
-        schedule = fdl.Config(LinearRampupCosineDecay, warmup_steps=10, decay_start=11,
+        warmup = max(1, self.NUM_TRAIN_STEPS // 20)
+        schedule = fdl.Config(LinearRampupCosineDecay, warmup_steps=warmup, decay_start=warmup,
                               decay_end=self.NUM_TRAIN_STEPS, min_ratio=0.1)
         optimizer = fdl.Config(Adam, learning_rate=self.LEARNING_RATE, lr_schedule=schedule,
                                clip_gradient_norm_to_value=1.0)

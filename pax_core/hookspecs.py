@@ -69,8 +69,8 @@ def pax_register_partitioners() -> list[Component]:
 
     The factory takes no arguments and returns a ``pax_core.partitioning.Partitioner``. It builds
     the mesh from the experiment's declaration, gives the shardings of the train state and of a
-    batch, and turns each process's batch into global arrays. Chosen with ``--partitioner NAME``
-    or the experiment's ``PARTITIONER`` constant. Built in: ``data_parallel``.
+    batch, and turns each process's batch into global arrays. Chosen by the experiment's
+    ``PARTITIONER`` constant (``--set PARTITIONER=name``). Built in: ``data_parallel``.
 
     Example::
 
@@ -103,8 +103,8 @@ def pax_register_checkpointers() -> list[Component]:
 
     The factory is called as ``factory(directory: str, settings: CheckpointSettings)`` and returns
     a ``pax_core.checkpointing.Checkpointer`` (save a step, restore the latest onto given
-    shardings, wait, close). A save must never leave a half-written step behind. Chosen with
-    ``--checkpointer NAME``. Built in: ``orbax``.
+    shardings, wait, close). A save must never leave a half-written step behind. Chosen by the
+    experiment's ``CHECKPOINTER`` constant. Built in: ``orbax``.
     """
 
 
@@ -114,8 +114,8 @@ def pax_register_loggers() -> list[Component]:
 
     The factory is called as ``factory(job_dir: str)`` and returns a
     ``pax_core.loggers.Logger``. The loop hands it host-side floats at summary and eval steps; a
-    logger must not block the loop for long. Chosen with ``--loggers a,b`` or the experiment's
-    ``LOGGERS`` constant. Built in: ``console``, ``jsonl``, ``tensorboard``.
+    logger must not block the loop for long. Chosen by the experiment's ``LOGGERS`` constant
+    (``--set "LOGGERS=('console','jsonl')"``). Built in: ``console``, ``jsonl``, ``tensorboard``.
     """
 
 

@@ -45,13 +45,18 @@ def _load_file(path: Path, attr: str):
 def load_class(target: str) -> type:
     """Import ``module:Class`` or ``file.py:Class`` and check that it is an experiment."""
     where, _, attr = target.rpartition(":")
-    if where.endswith(".py"):
-        module, attr = _load_file(Path(where), attr)
-    else:
-        try:
+    if not where or not attr:
+        raise UsageError(f"--exp {target}: expected module:Class or path/to/file.py:Class")
+    try:
+        if where.endswith(".py"):
+            module, attr = _load_file(Path(where), attr)
+        else:
             module = importlib.import_module(where)
-        except ImportError as e:
-            raise UsageError(f"--exp {target}: cannot import module {where!r}: {e}") from e
+    except UsageError:
+        raise
+    except Exception as e:
+        raise UsageError(f"--exp {target}: importing {where} failed: "
+                         f"{type(e).__name__}: {e}".splitlines()[0]) from e
     cls = getattr(module, attr, None)
     if cls is None:
         raise UsageError(f"--exp {target}: {where} has no attribute {attr!r}")

@@ -59,7 +59,9 @@ class TrainLoop:
             donate_argnums=0,
         )
         self.evaluator = Evaluator(run)
+        # Steps/s counts only time spent training: eval time is excluded from the interval.
         self._last_summary = (info.start_step, time.perf_counter())
+        self._excluded = 0.0
 
     def _log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
         self.loggers.write(step, kind, metrics)
@@ -69,8 +71,8 @@ class TrainLoop:
         values = {k: float(v) for k, v in jax.device_get(metrics).items()}
         last_step, last_time = self._last_summary
         now = time.perf_counter()
-        steps_per_sec = (step - last_step) / max(now - last_time, 1e-9)
-        self._last_summary = (step, now)
+        steps_per_sec = (step - last_step) / max(now - last_time - self._excluded, 1e-9)
+        self._last_summary, self._excluded = (step, now), 0.0
         values["steps_per_sec"] = steps_per_sec
         values["examples_per_sec"] = steps_per_sec * self.run.train_input.batch_size
         tokens = values.pop("num_tokens")
@@ -81,9 +83,10 @@ class TrainLoop:
     def _evaluate(self, step: int, params: Any) -> None:
         if not self.run.eval_inputs:
             return
+        start = time.perf_counter()
         for name, metrics in self.evaluator.evaluate(params).items():
             self._log(step, f"eval/{name}", metrics)
-        self._last_summary = (self._last_summary[0], time.perf_counter())
+        self._excluded += time.perf_counter() - start
 
     def _save(self, step: int, state: TrainState, force: bool = False) -> None:
         try:

@@ -10,6 +10,7 @@ against the type of what they replace; a string field also takes a bare word. Ev
 from __future__ import annotations
 
 import ast
+import collections.abc
 import dataclasses
 import difflib
 import inspect
@@ -32,7 +33,7 @@ class Override:
 
     @property
     def is_constant(self) -> bool:
-        return "." not in self.key and "[" not in self.key and self.key.isupper()
+        return "." not in self.key and "[" not in self.key
 
     def __str__(self) -> str:
         return f"{self.key}={self.text}"
@@ -50,11 +51,15 @@ def parse(items: list[str]) -> list[Override]:
 
 
 def _did_you_mean(name: str, valid: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else f"; valid names: {', '.join(valid)}"
+    by_lower = {v.lower(): v for v in valid}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {by_lower[close[0]]}?"
+    return f"; valid names: {', '.join(valid)}"
 
 
 def _literal(text: str, key: str, accepts_str: bool) -> Any:
+    """The value ``text`` spells; a bare word is kept as text where a string is accepted."""
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -62,7 +67,7 @@ def _literal(text: str, key: str, accepts_str: bool) -> Any:
         return None
     try:
         return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
+    except (ValueError, TypeError, SyntaxError):
         if accepts_str:
             return text
         raise UsageError(
@@ -80,7 +85,7 @@ def _conforms(value: Any, annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         return any(_conforms(value, a) for a in typing.get_args(annotation))
-    if origin in (list, tuple, typing.Sequence) or annotation in (list, tuple):
+    if origin in (list, tuple, collections.abc.Sequence) or annotation in (list, tuple):
         if not isinstance(value, list | tuple):
             return False
         args = [a for a in typing.get_args(annotation) if a is not Ellipsis]
@@ -122,7 +127,10 @@ def _typed_value(ov: Override, current: Any, annotation: Any = Any) -> Any:
             f"set its fields instead ({ov.key}.<field>=...)"
         )
     expected = annotation if annotation is not Any else _annotation_of_current(current)
-    value = _literal(ov.text, ov.key, accepts_str=_conforms("", expected))
+    if expected is str and ov.text[:1] not in ("'", '"'):
+        value: Any = ov.text
+    else:
+        value = _literal(ov.text, ov.key, accepts_str=_conforms("", expected))
     if not _conforms(value, expected):
         want = getattr(expected, "__name__", str(expected))
         raise UsageError(
@@ -172,6 +180,26 @@ def _is_flax_module(fn: Any) -> bool:
         return False
 
 
+def _field(node: fdl.Buildable, name: str) -> Any:
+    """``node.name`` as the build will see it; None for a parameter that has no value yet.
+
+    Fiddle cannot read a dataclass field left to its ``default_factory``: when the factory is a
+    dataclass the field becomes a config of it, so that a path can go through it; otherwise it
+    reads as what the factory makes.
+    """
+    try:
+        return getattr(node, name)
+    except AttributeError:
+        return None
+    except ValueError:
+        fields = {f.name: f for f in dataclasses.fields(fdl.get_callable(node))}
+        factory = fields[name].default_factory
+        if not (isinstance(factory, type) and dataclasses.is_dataclass(factory)):
+            return factory()
+        setattr(node, name, fdl.Config(factory))
+        return getattr(node, name)
+
+
 def _step(node: Any, part: str, walked: str, ov: Override) -> Any:
     if isinstance(node, fdl.Buildable):
         params = _parameters(node)
@@ -181,7 +209,7 @@ def _step(node: Any, part: str, walked: str, ov: Override) -> Any:
                 f"--set {ov}: unknown field {part} of {walked} ({what})"
                 + _did_you_mean(part, sorted(params))
             )
-        return getattr(node, part)
+        return _field(node, part)
     if hasattr(node, "__dict__") and not isinstance(node, list | tuple | dict):
         if not hasattr(node, part):
             raise UsageError(f"--set {ov}: {walked} has no field {part}")

@@ -21,8 +21,9 @@ class TinyCounting(Experiment):
     LEARNING_RATE = 1e-2
 
     def task(self) -> fdl.Config[Task]:
-        schedule = fdl.Config(LinearRampupExponentialDecay, warmup_steps=5, decay_start=6,
-                              decay_end=self.NUM_TRAIN_STEPS, min_ratio=0.1)
+        warmup = max(1, self.NUM_TRAIN_STEPS // 10)
+        schedule = fdl.Config(LinearRampupExponentialDecay, warmup_steps=warmup,
+                              decay_start=warmup, decay_end=self.NUM_TRAIN_STEPS, min_ratio=0.1)
         return fdl.Config(
             Task,
             model=fdl.Config(TinyLm, vocab_size=self.VOCAB_SIZE, dim=self.DIM),
