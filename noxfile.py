@@ -12,7 +12,7 @@ import nox
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ["-e", ".", "-e", "tests/plugins/pax_testplugin"]
+PACKAGES = ["-e", ".[test]", "-e", "tests/plugins/pax_testplugin"]
 
 
 def _interpreter(version: str) -> str | None:
@@ -27,7 +27,7 @@ def _interpreter(version: str) -> str | None:
 
 
 def _pytest(session: nox.Session) -> None:
-    session.install(*PACKAGES, "pytest>=9,<10")
+    session.install(*PACKAGES)
     session.run("pytest", "-q", *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
