@@ -29,8 +29,8 @@ def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
 
 
 def _checkpointer(host: PluginHost, run: Run, job_dir: JobDir):
-    exp, train = run.resolved.experiment, run.task.train
-    entry = host.components("checkpointers").get(exp.CHECKPOINTER)
+    train = run.task.train
+    entry = host.components("checkpointers").get(run.resolved.experiment.CHECKPOINTER)
     settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
     return entry.build(str(job_dir.checkpoints), settings)
 

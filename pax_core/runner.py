@@ -69,7 +69,8 @@ class Run:
         return self.job.task
 
     def batch_shardings(self, batch: dict[str, Any]) -> dict[str, Any]:
-        return {k: self.partitioner.batch_sharding(np.ndim(v)) for k, v in batch.items()}
+        """Shardings for a batch of arrays or ``ShapeDtypeStruct``s."""
+        return {k: self.partitioner.batch_sharding(len(v.shape)) for k, v in batch.items()}
 
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings."""
