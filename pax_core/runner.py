@@ -27,6 +27,10 @@ def start_runtime(host: PluginHost, platform: str | None) -> list[jax.Device]:
     """Run the chosen backend's set-up, start JAX, and check the devices it found."""
     name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
     backends = host.components("backends")
+    if name and not any(e.name == name for e in backends):
+        known = ", ".join(sorted({e.name for e in backends}))
+        raise UsageError(f"platform '{name}': no installed plugin sets it up (backends: {known}); "
+                         f"install the plugin for it or choose another --platform")
     backend = backends.get(name).build() if name else None
     if backend is not None:
         backend.prepare()

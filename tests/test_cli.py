@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -70,3 +71,15 @@ def test_usage_mistake_is_one_line_and_exit_2(tmp_path):
     missing = _pax("train", "--exp", "TinyCounting")
     assert missing.returncode == 2
     assert "--job-dir" in missing.stderr
+
+
+def test_plugin_subcommand_is_listed_and_runs():
+    assert "counting-sample" in _pax("--help").stdout
+    result = _pax("counting-sample", "--rows", "2", "--seed", "3")
+    assert result.returncode == 0, result.stderr
+    rows = [[int(t) for t in line.split()] for line in result.stdout.splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        strides = {(b - a) % 32 for a, b in itertools.pairwise(row)}
+        assert len(strides) == 1 and strides <= {1, 2, 3}
+    assert _pax("counting-sample", "--rowz", "2").returncode == 2

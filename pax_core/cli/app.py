@@ -10,32 +10,25 @@ from pax_core.components import Registered
 from pax_core.errors import warn
 from pax_core.plugins import PluginHost
 
-PluginOpt = Annotated[
-    str | None,
-    typer.Option("--plugin", "-p", help="Look the experiment up in this plugin only (it must "
-                 "load; its import error is shown if it does not)."),
-]
-ExpOpt = Annotated[
-    str,
-    typer.Option("--exp", "-e", help="Experiment: a registered name, plugin/name, a dotted path "
-                 "or suffix (Pax's tasks.lm.params.…), or module:Class / file.py:Class."),
-]
-SetOpt = Annotated[
-    list[str] | None,
-    typer.Option("--set", "-s", metavar="KEY=VALUE", help="Override an experiment constant "
-                 "(NUM_LAYERS=4) or a config path (task.model.num_layers=4); repeatable. "
-                 "Pax's --fdl.KEY=VALUE is accepted too."),
-]
-JobDirOpt = Annotated[
-    str,
-    typer.Option("--job-dir", "-j", help="Directory for the config, checkpoints and metrics. "
-                 "Running again in the same directory resumes."),
-]
-PlatformOpt = Annotated[
-    str | None,
-    typer.Option("--platform", help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX "
-                 "finds."),
-]
+PluginOpt = Annotated[str | None, typer.Option(
+    "--plugin", "-p", metavar="PLUGIN",
+    help="Look the experiment up in this plugin only (it must load; its import error is shown "
+    "if it does not).")]
+ExpOpt = Annotated[str, typer.Option(
+    "--exp", "-e", metavar="EXPERIMENT",
+    help="Experiment: a registered name, plugin/name, a dotted path or suffix (Pax's "
+    "tasks.lm.params.…), or module:Class / file.py:Class.")]
+SetOpt = Annotated[list[str] | None, typer.Option(
+    "--set", "-s", metavar="KEY=VALUE",
+    help="Override an experiment constant (NUM_LAYERS=4) or a config path "
+    "(task.model.num_layers=4); repeatable. Pax's --fdl.KEY=VALUE is accepted too.")]
+JobDirOpt = Annotated[str, typer.Option(
+    "--job-dir", "-j", metavar="DIR",
+    help="Directory for the config, checkpoints and metrics. Running again in the same "
+    "directory resumes.")]
+PlatformOpt = Annotated[str | None, typer.Option(
+    "--platform", metavar="PLATFORM",
+    help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX finds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
 
 
@@ -45,11 +38,11 @@ def _host(ctx: typer.Context) -> PluginHost:
 
 def root(
     plugins: Annotated[str | None, typer.Option(
-        "--plugins", help="Load only these plugins, comma-separated (empty: built-ins only). "
-        "Same as PAX_PLUGINS.")] = None,
+        "--plugins", metavar="A,B",
+        help="Load only these plugins (empty: built-ins only). Same as PAX_PLUGINS.")] = None,
     disable_plugins: Annotated[str | None, typer.Option(
-        "--disable-plugins", help="Do not load these plugins, comma-separated. Same as "
-        "PAX_DISABLE_PLUGINS.")] = None,
+        "--disable-plugins", metavar="A,B",
+        help="Do not load these plugins. Same as PAX_DISABLE_PLUGINS.")] = None,
 ) -> None:
     """Pax: train large neural networks on JAX, from one CPU to a pod.
 
@@ -94,7 +87,8 @@ def train_command(ctx: typer.Context, exp: ExpOpt, job_dir: JobDirOpt, plugin: P
 def eval_command(
     ctx: typer.Context,
     job_dir: JobDirOpt,
-    exp: Annotated[str | None, typer.Option("--exp", "-e", help="Experiment; default: the one "
+    exp: Annotated[str | None, typer.Option("--exp", "-e", metavar="EXPERIMENT",
+                                            help="Experiment; default: the one "
                                             "recorded in --job-dir.")] = None,
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
@@ -137,7 +131,8 @@ def _plugin_command(entry: Registered) -> typer.Typer:
 
 
 def _as_app(function) -> typer.Typer:
-    app = typer.Typer(add_completion=False)
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                      rich_markup_mode=None)
     app.command()(function)
     return app
 

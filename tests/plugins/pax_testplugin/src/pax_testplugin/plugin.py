@@ -15,6 +15,11 @@ def pax_register_inputs():
 
 
 @hookimpl
+def pax_register_commands():
+    return [Component("counting-sample", "pax_testplugin.cli:sample", "print rows of the input")]
+
+
+@hookimpl
 def pax_register_experiments():
     return [
         ExperimentRef(
