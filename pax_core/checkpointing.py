@@ -11,6 +11,10 @@ import abc
 import dataclasses
 from typing import Any
 
+import jax
+
+from pax_core.errors import UsageError
+
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
@@ -26,19 +30,27 @@ class Checkpointer(abc.ABC):
         self.directory = directory
         self.settings = settings
 
+    def should_save(self, step: int) -> bool:
+        """Whether ``step`` is on the save interval (the loop also saves the last step)."""
+        return step % self.settings.save_interval_steps == 0
+
     @abc.abstractmethod
     def latest_step(self) -> int | None:
         """The newest complete step, or None."""
 
     @abc.abstractmethod
-    def save(self, step: int, state: Any, input_state: dict[str, Any], *, force: bool = False
-             ) -> bool:
-        """Save if ``step`` is due (or ``force``); returns whether a save was started."""
+    def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:
+        """Start saving ``step`` (a step already saved is skipped); returns whether it started.
+
+        Saves may complete in the background; starting a save waits for the previous one, so
+        once ``save`` returns every earlier step is committed.
+        """
 
     @abc.abstractmethod
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
         """Restore ``step`` onto the shardings of ``abstract_state`` (``ShapeDtypeStruct``s with
-        ``sharding``), which may differ from those it was saved with."""
+        ``sharding``), which may differ from those it was saved with. Parameters whose shapes
+        differ from the checkpoint's are a ``UsageError`` naming the first one."""
 
     @abc.abstractmethod
     def wait(self) -> None:
@@ -46,6 +58,25 @@ class Checkpointer(abc.ABC):
 
     def close(self) -> None:
         self.wait()
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
+    return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
+def check_params_match(step: int, saved: Any, expected: Any) -> None:
+    """Refuse a restore whose parameters differ from the configured model's."""
+    saved_shapes, expected_shapes = _shapes(saved), _shapes(expected)
+    for path in sorted(set(saved_shapes) | set(expected_shapes)):
+        have, want = saved_shapes.get(path), expected_shapes.get(path)
+        if have != want:
+            raise UsageError(
+                f"the checkpoint at step {step} does not fit this config: params{path} is "
+                f"{have or 'absent'} in the checkpoint and {want or 'absent'} in the config; "
+                f"the experiment or its overrides differ from the run that wrote it (use the "
+                f"same --set values, or another --job-dir)"
+            )
 
 
 class OrbaxCheckpointer(Checkpointer):
@@ -62,15 +93,14 @@ class OrbaxCheckpointer(Checkpointer):
             enable_async_checkpointing=settings.async_save,
             create=True,
         )
-        self._manager = ocp.CheckpointManager(directory, options=options)
+        handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
+        self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
 
-    def save(self, step: int, state: Any, input_state: dict[str, Any], *, force: bool = False
-             ) -> bool:
-        due = force or step % self.settings.save_interval_steps == 0
-        if not due or step in self._manager.all_steps():
+    def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:
+        if step in self._manager.all_steps():
             return False
         args = self._ocp.args.Composite(
             state=self._ocp.args.StandardSave(state),
@@ -79,6 +109,8 @@ class OrbaxCheckpointer(Checkpointer):
         return self._manager.save(step, args=args, force=True)
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
+        saved = self._manager.item_metadata(step)["state"].tree
+        check_params_match(step, saved["params"], abstract_state.params)
         args = self._ocp.args.Composite(
             state=self._ocp.args.StandardRestore(abstract_state),
             input=self._ocp.args.JsonRestore(),

@@ -1,7 +1,8 @@
 """What ``pax train`` and ``pax eval`` do, apart from parsing the command line.
 
 Order matters: everything a user can get wrong (experiment name, overrides, component names,
-mesh and batch sizes) is checked before the job directory is written.
+mesh and batch sizes, a checkpoint that does not fit the config) is checked before the job
+directory's record is written.
 """
 
 from __future__ import annotations
@@ -9,7 +10,6 @@ from __future__ import annotations
 import jax
 
 from pax_core import config
-from pax_core.checkpointing import CheckpointSettings
 from pax_core.errors import RunError, UsageError
 from pax_core.evaluation import Evaluator
 from pax_core.events import RunInfo, notify
@@ -17,7 +17,7 @@ from pax_core.jobdir import JobDir, library_versions
 from pax_core.loggers import LoggerGroup
 from pax_core.loop import TrainLoop
 from pax_core.plugins import PluginHost
-from pax_core.runner import Run, build_run, start_runtime
+from pax_core.runner import Run, build_run, restore_or_init, start_runtime
 
 
 def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
@@ -26,13 +26,6 @@ def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
     header += [f"# plugin {n}: {v}" for n, v in host.active_versions().items()]
     header += [f"# {n}: {v}" for n, v in library_versions().items()]
     return "\n".join(header) + "\n" + resolved.to_text()
-
-
-def _checkpointer(host: PluginHost, run: Run, job_dir: JobDir):
-    train = run.task.train
-    entry = host.components("checkpointers").get(run.resolved.experiment.CHECKPOINTER)
-    settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
-    return entry.build(str(job_dir.checkpoints), settings)
 
 
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
@@ -48,27 +41,28 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     """Train (or resume) ``exp`` in ``job_dir``; returns the final status."""
     jd = JobDir(job_dir)
     run = _prepare(host, exp, plugin, set_items, jd, platform)
-    experiment = run.resolved.experiment
-    logger_entries = [host.components("loggers").get(n) for n in experiment.LOGGERS]
-    host.components("checkpointers").get(experiment.CHECKPOINTER)
+    jd.create()
     primary = jax.process_index() == 0
-    if primary:
-        jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
-                  config_json=run.resolved.to_json(), config_text=_config_text(run.resolved, host),
-                  plugins=host.active_versions())
-    checkpointer = _checkpointer(host, run, jd)
-    state, start_step = run.restore_or_init(checkpointer)
-    info = RunInfo(run.resolved.name, str(jd.path), run.task.train.num_train_steps, start_step,
-                   jax.process_index(), jax.process_count())
-    loggers = LoggerGroup([e.build(str(jd.path)) for e in logger_entries] if primary else [])
-    status, step = "failed", start_step
+    checkpointer = run.make_checkpointer(str(jd.checkpoints))
+    status, step = "failed", 0
     try:
-        loop = TrainLoop(run, checkpointer, loggers, host, info)
-        _, step, status = loop.run_loop(state)
+        state, step = restore_or_init(host, run, checkpointer)
+        config_text = _config_text(run.resolved, host)
+        if primary:
+            jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
+                      config_json=run.resolved.to_json(), config_text=config_text,
+                      plugins=host.active_versions())
+        info = RunInfo(run.resolved.name, str(jd.path), run.task.train.num_train_steps, step,
+                       jax.process_index(), jax.process_count())
+        loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
+        try:
+            loop = TrainLoop(run, checkpointer, loggers, host, info)
+            _, step, status = loop.run_loop(state, config_text)
+        finally:
+            loggers.close()
+            notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
     finally:
-        loggers.close()
         checkpointer.close()
-        notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
     if status == "interrupted":
         raise RunError(f"interrupted at step {step}; the checkpoint is saved, run the same "
                        f"command to resume")
@@ -82,6 +76,8 @@ def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items
     Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used.
     """
     jd = JobDir(job_dir)
+    if not jd.has_checkpoints():
+        raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
     last = jd.last_run()
     if exp is None:
         if last is None:
@@ -90,12 +86,9 @@ def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items
     run = _prepare(host, exp, plugin, set_items, jd, platform)
     if not run.eval_inputs:
         raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
-    checkpointer = _checkpointer(host, run, jd)
+    checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
-        step = checkpointer.latest_step()
-        if step is None:
-            raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
-        state, _ = run.restore_or_init(checkpointer)
-        return step, Evaluator(run).evaluate(state.params)
+        state, step = restore_or_init(host, run, checkpointer)
+        return step, Evaluator(run, host).evaluate(state.params)
     finally:
         checkpointer.close()

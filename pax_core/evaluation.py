@@ -5,6 +5,7 @@ from __future__ import annotations
 import jax
 
 from pax_core.errors import RunError
+from pax_core.plugins import PluginHost
 from pax_core.runner import Run
 from pax_core.steps import make_eval_step
 
@@ -15,8 +16,8 @@ class Evaluator:
     Per-batch sums are added on the device; the host reads them once per dataset.
     """
 
-    def __init__(self, run: Run):
-        self.run = run
+    def __init__(self, run: Run, host: PluginHost):
+        self.run, self.host = run, host
         params_sharding = run.state_shardings.params
         self._step = jax.jit(make_eval_step(run.task.model), in_shardings=(params_sharding, None),
                              out_shardings=run.partitioner.replicated)
@@ -33,6 +34,8 @@ class Evaluator:
                 local = data.get_next()
             except StopIteration:
                 break
+            except Exception as e:
+                raise self.host.provider_error("input", data, e) from e
             out = self._step(params, self.run.partitioner.global_batch(local))
             sums = out if sums is None else jax.tree.map(lambda a, b: a + b, sums, out)
             count += 1

@@ -38,6 +38,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 class JobDir:
+    """One run's directory; several invocations of the same experiment share it (resume)."""
+
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path).expanduser().resolve()
         if self.path.exists() and not self.path.is_dir():
@@ -46,6 +48,18 @@ class JobDir:
     @property
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
+
+    def has_checkpoints(self) -> bool:
+        return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
+
+    def create(self) -> None:
+        """Create the directory, or say clearly why it cannot be written."""
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UsageError(f"--job-dir {self.path} cannot be created: {e.strerror}") from e
+        if not os.access(self.path, os.W_OK | os.X_OK):
+            raise UsageError(f"--job-dir {self.path} is not writable")
 
     def runs(self) -> list[dict[str, Any]]:
         log = self.path / "runs.jsonl"
@@ -65,7 +79,7 @@ class JobDir:
                 f"--job-dir {self.path} holds a run of {last['experiment']}, not {experiment}; "
                 f"use another --job-dir (nothing was changed)"
             )
-        if last is None and self.checkpoints.exists() and any(self.checkpoints.iterdir()):
+        if last is None and self.has_checkpoints():
             raise UsageError(f"--job-dir {self.path} has checkpoints but no runs.jsonl; it was "
                              f"not written by pax train, use another --job-dir")
 
@@ -73,7 +87,6 @@ class JobDir:
                config_text: str, plugins: dict[str, str], extra: dict[str, Any] | None = None
                ) -> None:
         """Write the config and append this invocation to ``runs.jsonl``."""
-        self.path.mkdir(parents=True, exist_ok=True)
         _write_atomic(self.path / "config.json", config_json)
         _write_atomic(self.path / "config.txt", config_text)
         entry = {

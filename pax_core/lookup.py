@@ -91,11 +91,25 @@ def _unknown(query: str, pool: list[Registered], plugin: str | None) -> str:
     return f"unknown experiment '{query}'{where}{hint}"
 
 
+def _canonical_name(registry: Registry, query: str, cls: type) -> str:
+    """One name per class, whatever the spelling: the registered name if the class is
+    registered, else ``module:Class``, or ``/absolute/file.py:Class`` for a file."""
+    target = f"{cls.__module__}:{cls.__qualname__}"
+    for entry in registry:
+        if entry.component.target == target:
+            return entry.qualified_name
+    where, _, attr = query.rpartition(":")
+    if where.endswith(".py"):
+        return f"{Path(where).resolve()}:{attr}"
+    return target
+
+
 def resolve(registry: Registry, query: str, plugin: str | None = None) -> tuple[str, type]:
     """``(name to record, experiment class)`` for what the user typed after ``--exp``."""
     entry = find(registry, query, plugin)
     if entry is None:
-        return query, load_class(query)
+        cls = load_class(query)
+        return _canonical_name(registry, query, cls), cls
     cls = entry.load()
     if not (isinstance(cls, type) and issubclass(cls, Experiment)):
         raise UsageError(f"experiment '{entry.qualified_name}' ({entry.component.target}) is not "

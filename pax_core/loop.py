@@ -58,10 +58,11 @@ class TrainLoop:
             out_shardings=(run.state_shardings, run.partitioner.replicated),
             donate_argnums=0,
         )
-        self.evaluator = Evaluator(run)
+        self.evaluator = Evaluator(run, host)
         # Steps/s counts only time spent training: eval time is excluded from the interval.
-        self._last_summary = (info.start_step, time.perf_counter())
+        self._last_summary = (info.start_step, 0.0)
         self._excluded = 0.0
+        self._uncommitted: list[int] = []
 
     def _log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
         self.loggers.write(step, kind, metrics)
@@ -88,15 +89,27 @@ class TrainLoop:
             self._log(step, f"eval/{name}", metrics)
         self._excluded += time.perf_counter() - start
 
-    def _save(self, step: int, state: TrainState, force: bool = False) -> None:
+    def _save(self, step: int, state: TrainState) -> None:
         try:
-            saved = self.checkpointer.save(step, state, self.run.train_input.get_state(),
-                                           force=force)
+            started = self.checkpointer.save(step, state, self.run.train_input.get_state())
         except Exception as e:
             raise self.host.provider_error("checkpointer", self.checkpointer, e) from e
-        if saved:
+        # Starting a save waited for the earlier ones: they are committed now.
+        self._announce_committed()
+        if started:
+            self._uncommitted.append(step)
+
+    def _announce_committed(self) -> None:
+        for step in self._uncommitted:
             notify(self.pm, "pax_on_checkpoint_saved", run=self.info, step=step,
                    directory=self.checkpointer.directory)
+        self._uncommitted = []
+
+    def _step(self, state: TrainState, batch: dict[str, jax.Array]):
+        try:
+            return self.train_step(state, batch)
+        except Exception as e:
+            raise self.host.provider_error("model", self.run.task.model, e) from e
 
     def _next_batch(self, step: int) -> dict[str, jax.Array]:
         try:
@@ -108,18 +121,19 @@ class TrainLoop:
             raise self.host.provider_error("input", self.run.train_input, e) from e
         return self.run.partitioner.global_batch(local)
 
-    def run_loop(self, state: TrainState) -> tuple[TrainState, int, str]:
+    def run_loop(self, state: TrainState, config_text: str) -> tuple[TrainState, int, str]:
         """Train from ``info.start_step`` to ``num_train_steps``; returns (state, step, status)."""
         step, total = self.info.start_step, self.settings.num_train_steps
         self.loggers.start(experiment=self.info.experiment, start_step=step,
                            num_train_steps=total, hparams=self._hparams())
+        self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
         inflight: collections.deque = collections.deque()
         flag = {"stop": False}
         self._last_summary = (step, time.perf_counter())
         with _stop_on_signals(flag):
             while step < total and not flag["stop"]:
-                state, metrics = self.train_step(state, self._next_batch(step))
+                state, metrics = self._step(state, self._next_batch(step))
                 step += 1
                 inflight.append(metrics["loss"])
                 if len(inflight) > self.settings.max_inflight_steps:
@@ -129,12 +143,14 @@ class TrainLoop:
                     self._summarise(step, metrics)
                 if step % self.settings.eval_interval_steps == 0 and step < total:
                     self._evaluate(step, state.params)
-                self._save(step, state)
+                if self.checkpointer.should_save(step):
+                    self._save(step, state)
         status = "interrupted" if flag["stop"] else "completed"
-        self._save(step, state, force=True)
+        self._save(step, state)
         if status == "completed":
             self._evaluate(step, state.params)
         self.checkpointer.wait()
+        self._announce_committed()
         return state, step, status
 
     def _hparams(self) -> dict[str, Any]:

@@ -142,6 +142,10 @@ def _typed_value(ov: Override, current: Any, annotation: Any = Any) -> Any:
 def apply_constants(cls: type, overrides: list[Override]) -> type:
     """A subclass of experiment ``cls`` with the constants replaced."""
     constants = cls.constants()
+    try:
+        hints = typing.get_type_hints(cls)
+    except Exception:
+        hints = {}
     attrs: dict[str, Any] = {}
     for ov in overrides:
         if ov.key not in constants:
@@ -149,7 +153,7 @@ def apply_constants(cls: type, overrides: list[Override]) -> type:
                 f"--set {ov}: unknown field {ov.key} of experiment {cls.__name__}"
                 + _did_you_mean(ov.key, sorted(constants))
             )
-        attrs[ov.key] = _typed_value(ov, constants[ov.key])
+        attrs[ov.key] = _typed_value(ov, constants[ov.key], hints.get(ov.key, Any))
     if not attrs:
         return cls
     return type(cls.__name__, (cls,), {**attrs, "__module__": cls.__module__,

@@ -36,6 +36,28 @@ class Partitioner(abc.ABC):
     def batch_sharding(self, ndim: int) -> NamedSharding:
         """The sharding of a batch leaf of rank ``ndim`` (leading dimension = examples)."""
 
+    @staticmethod
+    def declared_mesh(experiment: Any, num_devices: int) -> dict[str, int] | None:
+        """The experiment's ICI x DCN mesh as ``{axis: size}``, checked against the devices;
+        None when the experiment declares none (Pax's data-parallel path)."""
+        ici, dcn = experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE
+        names = tuple(experiment.MESH_AXIS_NAMES)
+        if ici is None:
+            return None
+        dcn = dcn if dcn is not None else [1] * len(ici)
+        if not len(ici) == len(dcn) == len(names):
+            raise UsageError(f"ICI_MESH_SHAPE {list(ici)}, DCN_MESH_SHAPE {list(dcn)} and "
+                             f"MESH_AXIS_NAMES {list(names)} must have the same length")
+        shape = {name: i * d for name, i, d in zip(names, ici, dcn, strict=True)}
+        size = int(np.prod(list(shape.values())))
+        if size != num_devices:
+            raise UsageError(
+                f"the mesh ICI_MESH_SHAPE {list(ici)} x DCN_MESH_SHAPE {list(dcn)} has {size} "
+                f"devices but {num_devices} are available; change ICI_MESH_SHAPE (for example "
+                f"--set ICI_MESH_SHAPE=[1,{num_devices},1])"
+            )
+        return shape
+
     @property
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec())
@@ -64,11 +86,22 @@ class Partitioner(abc.ABC):
 class DataParallel(Partitioner):
     """The batch split over every device, parameters and optimizer state replicated.
 
-    The mesh is one axis, ``data``, over all devices; the experiment's ICI/DCN mesh declaration
-    is for the SPMD partitioner and is not used here.
+    The mesh is one axis, ``data``, over all devices. An experiment that declares a mesh may
+    only use its batch axes (``replica``, ``data``) here: splitting parameters needs a
+    partitioner that shards them.
     """
 
+    BATCH_AXES = ("replica", "data")
+
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
+        shape = self.declared_mesh(experiment, len(devices)) or {}
+        model_axes = {a: n for a, n in shape.items() if a not in self.BATCH_AXES and n > 1}
+        if model_axes:
+            raise UsageError(
+                f"PARTITIONER 'data_parallel' replicates parameters and cannot split mesh axes "
+                f"{model_axes}; set those axes to 1 in ICI_MESH_SHAPE or choose a partitioner "
+                f"that shards parameters"
+            )
         self.mesh = Mesh(np.asarray(devices).reshape(-1), ("data",))
 
     def state_shardings(self, abstract_state: Any) -> Any:

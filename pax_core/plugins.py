@@ -14,6 +14,7 @@ Environment (each has a command-line switch on ``pax``):
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import importlib.metadata
 import os
 from collections.abc import Iterable
@@ -115,6 +116,7 @@ class PluginHost:
             entry_points = importlib.metadata.entry_points(group=hookspecs.PROJECT)
         for ep in entry_points:
             self._load_entry_point(ep)
+        self._warn_unknown_names()
 
     def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
         dist = ep.dist.name if ep.dist else "unknown distribution"
@@ -134,10 +136,20 @@ class PluginHost:
             return
         try:
             module = ep.load()
-        except Exception as e:
+        except KeyboardInterrupt:
+            raise
+        except BaseException as e:  # a plugin calling sys.exit() must not end `pax plugins`
             self._fail(PluginRecord(ep.name, dist, version, ep.value), e)
             return
         self.register(module, ep.name, distribution=dist, version=version, source=ep.value)
+
+    def _warn_unknown_names(self) -> None:
+        named = set(self.selection.disable) | set(self.selection.allow or ())
+        for name in sorted(named - set(self.records)):
+            close = difflib.get_close_matches(name, sorted(self.records), n=1)
+            hint = f"; did you mean {close[0]}?" if close else ""
+            warn(f"PAX_PLUGINS / PAX_DISABLE_PLUGINS name '{name}', which is not an installed "
+                 f"plugin{hint}")
 
     def register(
         self,

@@ -1,6 +1,7 @@
-"""Putting a run together: runtime, mesh, inputs, model and a train state, fresh or restored.
+"""Putting a run together: runtime, mesh, inputs, model, components and a train state.
 
-``pax train`` and ``pax eval`` share this; the loop itself is in ``pax_core.loop``.
+``pax train`` and ``pax eval`` share this; the loop itself is in ``pax_core.loop``. Everything a
+user can get wrong is checked in ``build_run``, before anything is written.
 """
 
 from __future__ import annotations
@@ -12,42 +13,46 @@ from typing import Any
 import jax
 import numpy as np
 
-from pax_core.checkpointing import Checkpointer
+from pax_core.checkpointing import Checkpointer, CheckpointSettings
 from pax_core.components import Registered
 from pax_core.config import ResolvedRun
-from pax_core.errors import RunError, UsageError
+from pax_core.errors import PaxError, RunError, UsageError
 from pax_core.inputs.base import Input
 from pax_core.partitioning import Partitioner
 from pax_core.plugins import PluginHost
 from pax_core.state import TrainState, make_init_fn
-from pax_core.task import Job
+from pax_core.task import Job, Task
+
+# JAX's platform names that one backend serves.
+_PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 
 
 def start_runtime(host: PluginHost, platform: str | None) -> list[jax.Device]:
-    """Run the chosen backend's set-up, start JAX, and check the devices it found."""
+    """Prepare the runtime, start JAX, and check the devices it found.
+
+    With a named platform (``--platform`` or ``JAX_PLATFORMS``) only its backend prepares; with
+    none, every installed backend prepares (each touches only its own platform's settings),
+    since which platform JAX will pick is known only once it has started.
+    """
     name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
-    backends = host.components("backends")
-    if name and not any(e.name == name for e in backends):
-        known = ", ".join(sorted({e.name for e in backends}))
-        raise UsageError(f"platform '{name}': no installed plugin sets it up (backends: {known}); "
-                         f"install the plugin for it or choose another --platform")
-    backend = backends.get(name).build() if name else None
-    if backend is not None:
+    backends = {e.name: e for e in host.components("backends")}
+    chosen = _PLATFORM_ALIASES.get(name, name) if name else None
+    prepared = {n: e.build() for n, e in backends.items() if chosen in (None, n)}
+    for backend in prepared.values():
         backend.prepare()
     try:
         devices = jax.devices(name) if name else jax.devices()
     except RuntimeError as e:
-        raise UsageError(f"platform '{name}' is not available: {e}".splitlines()[0]) from e
-    if backend is None:
-        detected = devices[0].platform
-        if any(e.name == detected for e in backends):
-            backend = backends.get(detected).build()
-    if backend is not None:
-        backend.check(devices)
+        raise UsageError(f"platform '{name}' is not available here: "
+                         f"{str(e).splitlines()[0]}") from e
+    detected = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
+    if detected in prepared:
+        prepared[detected].check(devices)
     return devices
 
 
-def _component(host: PluginHost, kind: str, name: str, constant: str) -> Registered:
+def component(host: PluginHost, kind: str, name: str, constant: str) -> Registered:
+    """The registered component an experiment constant names."""
     try:
         return host.components(kind).get(name)
     except UsageError as e:
@@ -56,7 +61,7 @@ def _component(host: PluginHost, kind: str, name: str, constant: str) -> Registe
 
 @dataclasses.dataclass
 class Run:
-    """Everything a loop needs, built from a resolved experiment."""
+    """Everything a loop needs, built from a resolved experiment; nothing allocated yet."""
 
     resolved: ResolvedRun
     job: Job
@@ -67,14 +72,21 @@ class Run:
     state_shardings: Any
     abstract_state: Any
     batch_spec: dict[str, jax.ShapeDtypeStruct]
+    checkpointer: Registered
+    loggers: list[Registered]
 
     @property
-    def task(self):
+    def task(self) -> Task:
         return self.job.task
 
     def batch_shardings(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Shardings for a batch of arrays or ``ShapeDtypeStruct``s."""
         return {k: self.partitioner.batch_sharding(len(v.shape)) for k, v in batch.items()}
+
+    def make_checkpointer(self, directory: str) -> Checkpointer:
+        train = self.task.train
+        settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
+        return self.checkpointer.build(directory, settings)
 
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings."""
@@ -82,41 +94,51 @@ class Run:
         seed = np.uint32(self.task.train.random_seed)
         return jax.jit(init, out_shardings=self.state_shardings)(seed)
 
-    def restore_or_init(self, checkpointer: Checkpointer) -> tuple[TrainState, int]:
-        """The latest checkpoint onto this run's shardings, or a fresh state at step 0."""
+
+def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
+                    ) -> tuple[TrainState, int]:
+    """The latest checkpoint onto the run's shardings (and the input's position), or a fresh
+    state at step 0."""
+    try:
         step = checkpointer.latest_step()
         if step is None:
-            return self.init_state(), 0
-        try:
-            state, input_state = checkpointer.restore(step, self.abstract_state)
-        except Exception as e:
-            raise RunError(f"cannot restore step {step} from {checkpointer.directory}: "
-                           f"{type(e).__name__}: {e}".splitlines()[0]) from e
-        if input_state:
-            self.train_input.set_state(input_state)
-        return state, step
+            return run.init_state(), 0
+        state, input_state = checkpointer.restore(step, run.abstract_state)
+    except PaxError:
+        raise
+    except Exception as e:
+        raise host.provider_error("checkpointer", checkpointer, e) from e
+    if input_state:
+        run.train_input.set_state(input_state)
+    return state, step
+
+
+def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,
+                        num_shards: int) -> None:
+    per_shard = train_input.batch_size // num_shards
+    if per_shard % num_microbatches:
+        raise UsageError(
+            f"{run_name}: num_microbatches {num_microbatches} must divide the per-device batch "
+            f"({per_shard}); change task.train.learner.num_microbatches or the batch_size"
+        )
 
 
 def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]) -> Run:
     """Build the job's objects, the mesh and the shardings; allocate nothing on devices yet."""
     job = resolved.build()
     exp = resolved.experiment
-    partitioner = _component(host, "partitioners", exp.PARTITIONER, "PARTITIONER").build()
+    partitioner = component(host, "partitioners", exp.PARTITIONER, "PARTITIONER").build()
+    checkpointer = component(host, "checkpointers", exp.CHECKPOINTER, "CHECKPOINTER")
+    loggers = [component(host, "loggers", name, "LOGGERS") for name in exp.LOGGERS]
     partitioner.setup(exp, devices)
-    inputs = list(job.datasets)
-    for data in inputs:
+    for data in job.datasets:
         partitioner.check_batch_size(data.name, data.batch_size)
         data.shard(jax.process_index(), jax.process_count())
-    train_input = next(d for d in inputs if d.is_training)
-    eval_inputs = [d for d in inputs if not d.is_training]
+    train_input = next(d for d in job.datasets if d.is_training)
+    eval_inputs = [d for d in job.datasets if not d.is_training]
     learner = job.task.train.learner
-    if learner.num_microbatches > 1:
-        per_shard = train_input.batch_size // partitioner.num_batch_shards
-        if per_shard % learner.num_microbatches:
-            raise UsageError(
-                f"num_microbatches {learner.num_microbatches} must divide the per-device batch "
-                f"({per_shard}); change task.train.learner.num_microbatches or the batch_size"
-            )
+    _check_microbatches(resolved.name, train_input, learner.num_microbatches,
+                        partitioner.num_batch_shards)
     tx = learner.optimizer.build()
     sample = _peek(host, train_input)
     batch_spec = {
@@ -133,7 +155,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
     return Run(resolved, job, partitioner, train_input, eval_inputs, tx, shardings, abstract,
-               batch_spec)
+               batch_spec, checkpointer, loggers)
 
 
 def _peek(host: PluginHost, data: Input) -> dict[str, np.ndarray]:

@@ -23,6 +23,10 @@ class Learner:
     optimizer: Any = dataclasses.field(default_factory=Adam)
     num_microbatches: int = 1
 
+    def __post_init__(self):
+        if self.num_microbatches < 1:
+            raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
+
 
 @dataclasses.dataclass
 class Train:
@@ -36,6 +40,14 @@ class Train:
     eval_interval_steps: int = 100
     max_inflight_steps: int = 2
     random_seed: int = 1234
+
+    def __post_init__(self):
+        if self.num_train_steps < 0:
+            raise ValueError(f"num_train_steps must be >= 0, got {self.num_train_steps}")
+        for name in ("save_interval_steps", "save_max_to_keep", "summary_interval_steps",
+                     "eval_interval_steps", "max_inflight_steps"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 @dataclasses.dataclass

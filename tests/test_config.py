@@ -203,10 +203,22 @@ def test_registered_experiment_is_found_by_every_name_it_answers_to(host, query,
     assert config.resolve(host, query, None, []).name == name
 
 
-def test_module_colon_class_needs_no_plugin(host):
-    resolved = config.resolve(host, "pax_core.examples:MlpSynthetic", None, [])
-    assert resolved.name == "pax_core.examples:MlpSynthetic"
-    assert type(resolved.experiment).__name__ == "MlpSynthetic"
+def test_module_colon_class_needs_no_plugin(host, tmp_path, monkeypatch):
+    (tmp_path / "my_experiments.py").write_text(
+        "from pax_core.examples import MlpSynthetic\n\n\n"
+        "class Wide(MlpSynthetic):\n"
+        "    HIDDEN_DIMS = (256,)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    resolved = config.resolve(host, "my_experiments:Wide", None, [])
+    assert resolved.name == "my_experiments:Wide"
+    assert resolved.config.task.model.hidden_dims == (256,)
+
+
+def test_one_class_has_one_name_however_it_is_spelt(host):
+    names = {config.resolve(host, q, None, []).name
+             for q in ("MlpSynthetic", "examples.MlpSynthetic", "pax_core.examples:MlpSynthetic")}
+    assert names == {"core/MlpSynthetic"}
 
 
 def test_file_colon_class_loads_a_users_own_file(host, tmp_path, monkeypatch):
@@ -218,7 +230,7 @@ def test_file_colon_class_loads_a_users_own_file(host, tmp_path, monkeypatch):
     )
     monkeypatch.chdir(tmp_path)
     resolved = config.resolve(host, "exps/mine.py:ThreeClasses", None, [])
-    assert resolved.name == "exps/mine.py:ThreeClasses"
+    assert resolved.name == f"{tmp_path / 'exps' / 'mine.py'}:ThreeClasses"
     assert resolved.config.task.model.num_classes == 3
 
 

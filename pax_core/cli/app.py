@@ -6,7 +6,6 @@ from typing import Annotated
 
 import typer
 
-from pax_core.components import Registered
 from pax_core.errors import warn
 from pax_core.plugins import PluginHost
 
@@ -111,23 +110,23 @@ def eval_command(
         typer.echo(format_line(step, f"eval/{name}", metrics))
 
 
-def _plugin_command(entry: Registered) -> typer.Typer:
-    """A stand-in that imports the plugin's command only when it runs."""
-    lazy = typer.Typer(add_completion=False)
+def _plugin_command(app: typer.Typer, host: PluginHost, name: str, help_text: str,
+                    hidden: bool = False) -> None:
+    """Add ``name`` as a stand-in that resolves and imports the plugin's command only when it
+    runs; an ambiguous name fails then with the error that names both plugins."""
 
-    @lazy.command(
-        name=entry.name,
-        help=entry.component.help or f"(from plugin {entry.plugin})",
+    @app.command(
+        name=name,
+        help=help_text,
+        hidden=hidden,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                           "help_option_names": []},
         add_help_option=False,
     )
     def run(ctx: typer.Context) -> None:
-        target = entry.load()
+        target = host.components("commands").get(name).load()
         command = target if isinstance(target, typer.Typer) else _as_app(target)
-        command(args=ctx.args, prog_name=f"pax {entry.name}", obj=ctx.find_root().obj)
-
-    return lazy
+        command(args=ctx.args, prog_name=f"pax {name}", obj=ctx.find_root().obj)
 
 
 def _as_app(function) -> typer.Typer:
@@ -147,10 +146,19 @@ def build_app(host: PluginHost) -> typer.Typer:
     app.command("train")(train_command)
     app.command("eval")(eval_command)
     builtin = {"plugins", "experiments", "config", "train", "eval"}
-    for entry in host.components("commands"):
+    commands = host.components("commands")
+    conflicts = commands.conflicts()
+    for entry in commands:
         if entry.name in builtin:
             warn(f"plugin '{entry.plugin}' registers a command '{entry.name}', which is built in; "
                  f"it is ignored")
             continue
-        app.registered_commands += _plugin_command(entry).registered_commands
+        _plugin_command(app, host, entry.qualified_name, entry.component.help, hidden=True)
+        if entry.name in conflicts:
+            if entry is conflicts[entry.name][0]:
+                owners = ", ".join(e.qualified_name for e in conflicts[entry.name])
+                _plugin_command(app, host, entry.name, f"ambiguous: use one of {owners}")
+        else:
+            _plugin_command(app, host, entry.name,
+                            entry.component.help or f"(from plugin {entry.plugin})")
     return app

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from pax_core.plugins import PluginHost
@@ -32,14 +33,14 @@ def show_plugins(host: PluginHost, as_json: bool) -> None:
                                for kind, names in r.registered.items())
         status = r.status if not r.reason else f"{r.status}: {r.reason}"
         style = _STATUS_STYLE.get(r.status, "")
-        table.add_row(r.name, r.distribution, r.version, f"[{style}]{status}[/{style}]",
-                      registered or "-")
+        table.add_row(escape(r.name), escape(r.distribution), escape(r.version),
+                      f"[{style}]{escape(status)}[/{style}]", escape(registered) or "-")
     console = Console()
     console.print(table)
     for kind, names in conflicts.items():
         for name, owners in names.items():
-            console.print(f"[yellow]{kind[:-1]} '{name}' is registered by {', '.join(owners)}; "
-                          f"name it as plugin/{name}[/yellow]")
+            console.print(escape(f"{kind[:-1]} '{name}' is registered by {', '.join(owners)}; "
+                                 f"name it as plugin/{name}"), style="yellow")
 
 
 def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> None:
@@ -57,5 +58,6 @@ def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> Non
     for column in ("experiment", "plugin", "class", "description"):
         table.add_column(column)
     for e in entries:
-        table.add_row(e.name, e.plugin, e.component.target, e.component.help)
+        table.add_row(*(escape(v) for v in (e.name, e.plugin, e.component.target,
+                                              e.component.help)))
     Console().print(table)

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from pax_core.errors import UsageError
+
 
 @dataclasses.dataclass
 class Input(abc.ABC):
@@ -30,13 +32,18 @@ class Input(abc.ABC):
     eval_num_batches: int = 1
 
     def __post_init__(self):
+        if self.batch_size < 1:
+            raise ValueError(f"input '{self.name}': batch_size must be >= 1, got {self.batch_size}")
+        if self.eval_num_batches == 0 or self.eval_num_batches < -1:
+            raise ValueError(f"input '{self.name}': eval_num_batches must be >= 1 or -1 (until "
+                             f"exhausted), got {self.eval_num_batches}")
         self.process_index = 0
         self.process_count = 1
 
     def shard(self, process_index: int, process_count: int) -> None:
         """Serve only this process's rows of every global batch."""
         if self.batch_size % process_count:
-            raise ValueError(f"input '{self.name}': batch_size {self.batch_size} does not divide "
+            raise UsageError(f"input '{self.name}': batch_size {self.batch_size} does not divide "
                              f"over {process_count} processes")
         self.process_index, self.process_count = process_index, process_count
 
