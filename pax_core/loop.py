@@ -43,6 +43,8 @@ def _stop_on_signals(flag: dict[str, bool]):
 
 
 class TrainLoop:
+    """Steps, summaries, evals and checkpoints of one invocation of ``pax train``."""
+
     def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup,
                  host: PluginHost, info: RunInfo):
         self.run, self.checkpointer, self.loggers = run, checkpointer, loggers
@@ -94,9 +96,9 @@ class TrainLoop:
             started = self.checkpointer.save(step, state, self.run.train_input.get_state())
         except Exception as e:
             raise self.host.provider_error("checkpointer", self.checkpointer, e) from e
-        # Starting a save waited for the earlier ones: they are committed now.
-        self._announce_committed()
         if started:
+            # Starting a save waited for the earlier ones: they are committed now.
+            self._announce_committed()
             self._uncommitted.append(step)
 
     def _announce_committed(self) -> None:

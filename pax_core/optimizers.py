@@ -28,7 +28,7 @@ class Optimizer:
     clip_gradient_norm_to_value: float = 0.0
     weight_decay: float = 0.0
 
-    def learning_rate_at(self, step):
+    def learning_rate_at(self, step: Any) -> Any:
         return self.learning_rate * self.lr_schedule(step)
 
     def update_rule(self) -> optax.GradientTransformation:

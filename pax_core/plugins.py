@@ -94,6 +94,16 @@ class PluginSelection:
         return None
 
 
+def _distribution_of(plugin: Any) -> tuple[str, str | None]:
+    """The installed distribution that ships ``plugin``'s package, for plugins registered
+    directly rather than through an entry point."""
+    module = getattr(plugin, "__name__", None) or type(plugin).__module__
+    names = importlib.metadata.packages_distributions().get(module.split(".")[0], [])
+    if not names:
+        return "unknown distribution", None
+    return names[0], importlib.metadata.version(names[0])
+
+
 class PluginHost:
     """A pluggy manager plus the components each plugin registered."""
 
@@ -156,8 +166,8 @@ class PluginHost:
         plugin: ModuleType | object,
         name: str,
         *,
-        distribution: str = "unknown distribution",
-        version: str = "?",
+        distribution: str | None = None,
+        version: str | None = None,
         source: str | None = None,
     ) -> PluginRecord:
         """Register a plugin object (module or instance) under ``name`` and collect its records.
@@ -167,7 +177,9 @@ class PluginHost:
         """
         if source is None:
             source = getattr(plugin, "__name__", type(plugin).__qualname__)
-        record = PluginRecord(name, distribution, version, source)
+        if distribution is None:
+            distribution, version = _distribution_of(plugin)
+        record = PluginRecord(name, distribution, version or "?", source)
         if name in self.records:
             raise UsageError(f"plugin name '{name}' is already taken by {self.records[name].label}")
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -22,7 +23,7 @@ class TrainState:
 
 
 def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
-                 batch_spec: dict[str, jax.ShapeDtypeStruct]):
+                 batch_spec: dict[str, jax.ShapeDtypeStruct]) -> Callable[[Any], TrainState]:
     """A function of a seed that builds a fresh ``TrainState``.
 
     It takes only a seed (the batch is zeros made inside) so that it can run under ``jax.jit``

@@ -6,6 +6,7 @@ so nothing here forces a device-to-host copy.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import flax.linen as nn
@@ -30,8 +31,9 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
     }
 
 
-def make_train_step(model: nn.Module, tx: optax.GradientTransformation, learning_rate_at,
-                    num_microbatches: int = 1):
+def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
+                    learning_rate_at: Callable[[jax.Array], jax.Array],
+                    num_microbatches: int = 1) -> Callable[..., tuple[TrainState, dict]]:
     """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
     asked), one optimizer update, and the step's loss, learning rate and gradient norm."""
 
@@ -77,7 +79,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation, learning
     return train_step
 
 
-def make_eval_step(model: nn.Module):
+def make_eval_step(model: nn.Module) -> Callable[..., dict[str, tuple[jax.Array, jax.Array]]]:
     """``(params, batch) -> sums``: weighted sums (not means), so that the loop can add them over
     eval batches on the device and divide once at the end."""
 

@@ -53,7 +53,11 @@ def register_plugin(host: PluginHost, plugin: Any, name: str = "throwaway") -> I
 
 
 def cpu_mesh(shape: Sequence[int], axis_names: Sequence[str]):
-    """A mesh of the first ``prod(shape)`` devices, with Auto axes (see STACK.md)."""
+    """A mesh of the first ``prod(shape)`` devices.
+
+    Built with ``jax.sharding.Mesh``, whose axes are of the Auto type that Flax's logical
+    partitioning needs (``jax.make_mesh`` makes Explicit axes by default).
+    """
     import jax
     import numpy as np
     from jax.sharding import Mesh

@@ -200,6 +200,39 @@ def site(tmp_path):
     return site
 
 
+def test_plugin_exiting_at_import_or_with_markup_in_its_error_is_listed(tmp_path):
+    site = tmp_path / "site"
+    _fake_distribution(site, "exits", "import sys\nsys.exit('missing native lib')\n")
+    _fake_distribution(site, "markup", "raise ImportError('no libcudart in [/usr/local/cuda]')\n")
+    result = _pax(["plugins"], site, COLUMNS="400")
+    assert result.returncode == 0, result.stderr
+    assert "SystemExit: missing native lib" in result.stdout
+    assert "[/usr/local/cuda]" in result.stdout
+    assert _pax(["--help"], site).returncode == 0
+
+
+def test_two_plugins_with_one_command_name(tmp_path):
+    site = tmp_path / "site"
+    for name, word in (("cmda", "alpha"), ("cmdb", "beta")):
+        _fake_distribution(site, name, f"""
+            import typer
+            from pax_core import hookimpl
+            from pax_core.components import Component
+
+            def hello():
+                typer.echo("{word}")
+
+            @hookimpl
+            def pax_register_commands():
+                return [Component("hello", "pax_{name}_plugin:hello", "say hello")]
+        """)
+    ambiguous = _pax(["hello"], site)
+    assert ambiguous.returncode == 2
+    assert "pax-cmda 0.3.0" in ambiguous.stderr and "pax-cmdb 0.3.0" in ambiguous.stderr
+    chosen = _pax(["cmdb/hello"], site)
+    assert (chosen.returncode, chosen.stdout) == (0, "beta\n")
+
+
 def test_pax_plugins_lists_failed_plugin_with_its_reason(site):
     result = _pax(["plugins", "--json"], site)
     assert result.returncode == 0, result.stderr
@@ -247,7 +280,9 @@ def test_help_and_plugins_do_not_import_jax(site):
         print("HEAVY:" + ",".join(heavy))
     """)
     environ = {k: v for k, v in os.environ.items() if not k.startswith("PAX_")}
+    environ["PYTHONPATH"] = str(site)
     result = subprocess.run([sys.executable, "-c", probe], env=environ, capture_output=True,
                             text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == "HEAVY:"
+    assert "pax-broken 0.3.0" in result.stderr

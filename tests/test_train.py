@@ -154,3 +154,62 @@ def test_eval_reads_the_latest_checkpoint(host, tmp_path):
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     final_eval = [r for r in records if r["kind"] == "eval/test"][-1]
     assert results["test"]["loss"] == pytest.approx(final_eval["loss"], rel=1e-6)
+
+
+def test_resume_with_a_config_that_does_not_fit_the_checkpoint_changes_nothing(host, tmp_path):
+    commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
+                   set_items=["task.train.num_train_steps=20"])
+    before = {p: p.read_bytes() for p in tmp_path.glob("*.*")}
+    with pytest.raises(UsageError, match=r"the checkpoint at step 20 does not fit this config: "
+                                         r"params\['Dense_0'\]\['bias'\] is \(128,\) in the "
+                                         r"checkpoint and \(64,\) in the config"):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
+                       set_items=["DIM=16"])
+    assert {p: p.read_bytes() for p in tmp_path.glob("*.*")} == before
+
+
+def test_checkpoint_notifications_come_after_the_commit(host, tmp_path):
+    seen = []
+
+    class Watcher:
+        @hookimpl
+        def pax_on_checkpoint_saved(self, run, step, directory):
+            seen.append((step, (tmp_path / "checkpoints" / str(step)).is_dir()))
+
+    with register_plugin(host, Watcher(), "watcher"):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
+                       set_items=[])
+    assert seen == [(20, True), (40, True), (60, True)]
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        ("task.train.summary_interval_steps=0", "summary_interval_steps must be >= 1"),
+        ("task.train.save_interval_steps=0", "save_interval_steps must be >= 1"),
+        ("task.train.learner.num_microbatches=0", "num_microbatches must be >= 1"),
+        ("datasets[0].batch_size=0", "batch_size must be >= 1"),
+        ("datasets[1].eval_num_batches=0", "eval_num_batches must be >= 1 or -1"),
+    ],
+)
+def test_settings_out_of_range_are_usage_errors(host, tmp_path, item, message):
+    with pytest.raises(UsageError, match=message):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path / "job"),
+                       set_items=[item])
+    assert not (tmp_path / "job").exists()
+
+
+def test_failing_eval_input_stops_the_run_naming_its_plugin(host, tmp_path, monkeypatch):
+    from pax_testplugin.data import CountingInput
+
+    real_get_next = CountingInput.get_next
+
+    def broken(self):
+        if not self.is_training:
+            raise ValueError("corrupt shard")
+        return real_get_next(self)
+
+    monkeypatch.setattr(CountingInput, "get_next", broken)
+    with pytest.raises(RunError, match="input CountingInput from plugin 'testplugin' "
+                                       r"\(pax-testplugin 0.1.0\) failed: ValueError: corrupt"):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
