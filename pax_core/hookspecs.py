@@ -140,12 +140,16 @@ def pax_register_experiments() -> list[ExperimentRef]:
 
 @hookspec
 def pax_register_backends() -> list[Component]:
-    """Register runtime set-up for a platform (``cpu``, ``gpu``, ``tpu``).
+    """Register runtime set-up for a platform, named as JAX names it (``cpu``, ``gpu``, ``tpu``;
+    ``cuda`` and ``rocm`` count as ``gpu``).
 
     The factory takes no arguments and returns a ``pax_core.backends.Backend``: ``prepare()``
-    runs before JAX starts its runtime (environment variables, XLA flags), ``check(devices)``
-    after (refuse unusable devices with a clear message). The backend is chosen by
-    ``--platform`` or ``JAX_PLATFORMS``; otherwise by the platform JAX picks. Built in: ``cpu``.
+    runs before JAX starts its runtime (environment variables, XLA flags) and must touch only its
+    own platform's settings; ``check(devices)`` runs after, on the platform JAX picked (refuse
+    unusable devices with a ``UsageError``). With ``--platform`` or ``JAX_PLATFORMS`` only that
+    platform's backend prepares; otherwise every installed one does, since the platform is known
+    only once JAX has started. A platform without a backend runs with JAX's defaults. Built in:
+    ``cpu``.
     """
 
 
@@ -180,7 +184,8 @@ def pax_on_metrics(run: RunInfo, step: int, kind: str, metrics: dict[str, Any]) 
 
 @hookspec
 def pax_on_checkpoint_saved(run: RunInfo, step: int, directory: str) -> None:
-    """Called after a checkpoint of ``step`` is committed under ``directory``."""
+    """Called once the checkpoint of ``step`` is committed under ``directory`` (saves are
+    asynchronous: this comes when the next save starts, or at the end of the run)."""
 
 
 @hookspec
