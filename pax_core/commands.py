@@ -18,6 +18,7 @@ from pax_core.loggers import LoggerGroup
 from pax_core.loop import TrainLoop
 from pax_core.plugins import PluginHost
 from pax_core.runner import Run, build_run, restore_or_init, start_runtime
+from pax_core.state import TrainState
 
 
 def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
@@ -69,9 +70,11 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     return status
 
 
-def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
-             job_dir: str, platform: str | None = None) -> tuple[int, dict[str, dict[str, float]]]:
-    """Evaluate the latest checkpoint in ``job_dir``; returns (step, metrics per dataset).
+def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
+                   set_items: list[str], job_dir: str, platform: str | None = None
+                   ) -> tuple[Run, TrainState, int]:
+    """The run and the latest train state of a job, for commands that use a trained model
+    (``pax eval``, a modality's ``pax decode``).
 
     Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used.
     """
@@ -84,11 +87,19 @@ def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items
             raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
         exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
     run = _prepare(host, exp, plugin, set_items, jd, platform)
-    if not run.eval_inputs:
-        raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
         state, step = restore_or_init(host, run, checkpointer)
-        return step, Evaluator(run, host).evaluate(state.params)
     finally:
         checkpointer.close()
+    return run, state, step
+
+
+def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
+             job_dir: str, platform: str | None = None) -> tuple[int, dict[str, dict[str, float]]]:
+    """Evaluate the latest checkpoint in ``job_dir``; returns (step, metrics per dataset)."""
+    run, state, step = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items,
+                                      job_dir=job_dir, platform=platform)
+    if not run.eval_inputs:
+        raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
+    return step, Evaluator(run, host).evaluate(state.params)

@@ -7,6 +7,7 @@ Everything here happens before the job directory is touched, so a mistake ends w
 from __future__ import annotations
 
 import dataclasses
+import importlib.metadata
 from typing import Any
 
 import fiddle as fdl
@@ -59,11 +60,21 @@ def _check_datasets(name: str, datasets: list[Any]) -> None:
         raise UsageError(f"experiment {name}: dataset names must be unique, got {names}")
 
 
+def _check_required_plugins(name: str, cls: type[Experiment]) -> None:
+    for distribution in cls.REQUIRED_PLUGINS:
+        try:
+            importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            raise UsageError(f"experiment {name} needs the {distribution} plugin, which is not "
+                             f"installed (pip install {distribution})") from None
+
+
 def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]) -> ResolvedRun:
     """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects)."""
     if plugin:
         host.require(plugin)
     name, cls = lookup.resolve(host.components("experiments"), exp, plugin)
+    _check_required_plugins(name, cls)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
     experiment = cls()

@@ -16,7 +16,8 @@ class Experiment:
 
     ``ICI_MESH_SHAPE`` / ``DCN_MESH_SHAPE`` / ``MESH_AXIS_NAMES`` declare the device mesh (Pax's
     conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER``,
-    ``CHECKPOINTER`` and ``LOGGERS`` name registered components.
+    ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``REQUIRED_PLUGINS`` names
+    distributions the experiment cannot run without (checked before anything is built).
     """
 
     ICI_MESH_SHAPE: list[int] | None = None
@@ -25,6 +26,7 @@ class Experiment:
     PARTITIONER: str = "data_parallel"
     CHECKPOINTER: str = "orbax"
     LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")
+    REQUIRED_PLUGINS: tuple[str, ...] = ()
 
     def task(self) -> Any:
         """Return ``fdl.Config(pax_core.task.Task, model=..., train=...)``."""

@@ -314,3 +314,16 @@ def test_config_json_loads_back_to_the_same_config(capsys):
     assert out.endswith("}\n")
     expected = config.resolve(isolated_host(), "MlpSynthetic", None, ["task.model.num_classes=3"])
     assert serialization.load_json(out) == expected.config
+
+
+def test_experiment_needing_a_missing_plugin_says_which(host, tmp_path, monkeypatch):
+    (tmp_path / "needs_plugin.py").write_text(
+        "from pax_core.examples import MlpSynthetic\n\n\n"
+        "class Pipelined(MlpSynthetic):\n"
+        "    REQUIRED_PLUGINS = ('pax-not-installed',)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError, match=re.escape(
+            "experiment needs_plugin:Pipelined needs the pax-not-installed plugin, which is not "
+            "installed (pip install pax-not-installed)")):
+        config.resolve(host, "needs_plugin:Pipelined", None, [])
