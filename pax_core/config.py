@@ -34,8 +34,10 @@ class ResolvedRun:
         """Build the objects; a config that cannot build is the user's to fix (exit 2)."""
         try:
             job = fdl.build(self.config)
-        except PaxError:
-            raise
+        except PaxError as e:
+            # Fiddle re-raises through a proxy that appends its context to the message; Pax's
+            # own errors stay one line, so raise the original.
+            raise getattr(e, "proxy_base_exception", e) from None
         except Exception as e:
             raise UsageError(f"the config of {self.name} does not build: "
                              f"{type(e).__name__}: {e}".splitlines()[0]) from e

@@ -1,0 +1,69 @@
+"""The experiments pax-lm registers, by module, with the Pax paths users already type.
+
+Kept as plain data so that listing them imports nothing: each class is imported only when a run
+uses it.
+"""
+
+from __future__ import annotations
+
+from pax_core.components import ExperimentRef
+
+_PAX_MODULES = {
+    "lm_cloud": "paxml.tasks.lm.params.lm_cloud",
+    "c4": "paxml.tasks.lm.params.c4",
+    "c4_multislice": "paxml.tasks.lm.params.c4_multislice",
+}
+
+_BY_MODULE = {
+    "lm_cloud": [
+        "LmCloudTransformerAdam", "LmCloudTransformerAdamTest", "LmCloudTransformerAdamLimitSteps",
+        "LmCloudSpmd", "LmCloudSpmdTest", "LmCloudSpmd2B", "LmCloudSpmd2BLimitSteps",
+        "LmCloudSpmd32B", "LmCloudSpmd64B", "LmCloudSpmd128B", "LmCloudSpmd256B",
+        "LmCloudSpmd512B", "LmCloudSpmd1024B", "LmCloudSpmdMultislice2B",
+        "LmCloudSpmdPipeline9B", "LmCloudSpmdPipeline175B", "LmCloudSpmdPipelineMultislice2B",
+        "LmCloudSpmdPipelineMultislice2BCircular",
+    ],
+    "c4": [
+        "C4Spmd1BAdam4Replicas", "C4Spmd2BAdam4Replicas", "C4Spmd16BAdam32Replicas",
+        "C4Spmd32BAdam64Replicas", "C4Spmd1BAdam4ReplicasLimitSteps",
+        "C4Spmd2BAdam4ReplicasLimitSteps", "C4Spmd16BAdam32ReplicasLimitSteps",
+        "C4Spmd32BAdam64ReplicasLimitSteps", "LmCloudSpmdAdam", "LmCloudSpmdAdamLimitSteps",
+        "C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas", "C4SpmdGpt3L16AdamOrgHP",
+        "C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas",
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas",
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas",
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas",
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas",
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas",
+        "C4SpmdPipelineGpt3SmallAdam8Replicas",
+    ],
+    "c4_multislice": [
+        "C4Spmd22BAdamMaxText", "C4Spmd22BAdam1xv4_128", "C4Spmd22BAdam2xv4_128",
+        "C4Spmd22BAdam4xv4_128", "C4Spmd22BAdam1xv4_384", "C4Spmd22BAdam2xv4_384",
+        "C4Spmd22BAdam1xv4_8", "C4Spmd22BAdam2xv4_8", "C4Spmd22BAdam4xv4_8",
+        "C4Spmd32BAdam1xv5_256", "C4Spmd32BAdam2xv5_256", "C4SpmdGpt3AdamDataParallel2x16x16",
+        "C4Spmd22BAdam1xv4_128LimitSteps", "C4Spmd22BAdam2xv4_128LimitSteps",
+        "C4Spmd22BAdam4xv4_128LimitSteps", "C4Spmd22BAdam1xv4_8LimitSteps",
+        "C4Spmd22BAdam2xv4_8LimitSteps", "C4Spmd22BAdam4xv4_8LimitSteps",
+    ],
+}
+
+# Names Pax's README used for classes that were renamed since.
+_OLD_NAMES = {"C4SpmdPipelineGpt3SmallAdam8Replicas": ("C4SpmdPipelineGpt3SmallAdam64Replicas",)}
+
+
+def _ref(module: str, name: str) -> ExperimentRef:
+    pax_path = _PAX_MODULES[module]
+    aliases = [f"{pax_path}.{name}"]
+    aliases += [f"{pax_path}.{old}" for old in _OLD_NAMES.get(name, ())]
+    return ExperimentRef(name, f"pax_lm.experiments.{module}:{name}", f"Pax {module}",
+                         aliases=tuple(aliases))
+
+
+EXPERIMENTS: list[ExperimentRef] = [
+    *(_ref(module, name) for module, names in _BY_MODULE.items() for name in names),
+    ExperimentRef("QuickStartLm", "pax_lm.experiments.quickstart:QuickStartLm",
+                  "3M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
+    ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
+                  "the smallest LM that learns: for tests"),
+]

@@ -1,0 +1,206 @@
+"""The base of Pax's LM experiments: model, optimizer and schedule from UPPER_CASE constants.
+
+Constant names and defaults follow Pax (``TransformerLmSpmdAdafactor`` for the model and
+``set_default_adam`` for the optimizer), so ``--set NUM_LAYERS=4`` or ``--set LEARNING_RATE=1e-4``
+mean what a Pax user expects. Subclasses choose the data by overriding ``datasets()``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import fiddle as fdl
+
+from pax_core.experiment import Experiment
+from pax_core.inputs.synthetic import SyntheticInput
+from pax_core.optimizers import Adam
+from pax_core.schedules import Constant, LinearRampupCosineDecay, LinearRampupExponentialDecay
+from pax_core.task import Learner, Task, Train
+from pax_lm.model import LanguageModel
+from pax_transformer.model import TransformerLm
+
+
+class TransformerLmExperiment(Experiment):
+    """A decoder-only LM trained with Adam; Pax's model-mixin defaults.
+
+    Positions are sinusoidal unless ``USE_ROTARY_POSITION_EMB`` or
+    ``TRAINABLE_POSITION_EMB`` is set (Pax's default position embedding). The global batch is
+    ``PERCORE_BATCH_SIZE`` times the number of devices: the declared mesh's size, or every
+    device when no mesh is declared (Pax's pmap path).
+    """
+
+    # Model.
+    NUM_LAYERS = 10
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS: int | None = None
+    NUM_HEADS: int | None = None
+    DIMS_PER_HEAD = 128
+    NUM_KV_HEADS: int | None = None
+    VOCAB_SIZE = 32000
+    MAX_SEQ_LEN = 1024
+    ACTIVATION = "relu"
+    USE_GATED_ACTIVATION = False
+    NORMALIZATION = "layernorm"
+    NORM_EPSILON = 1e-6
+    USE_ROTARY_POSITION_EMB = False
+    TRAINABLE_POSITION_EMB = False
+    TRAINABLE_PE_MAX_SEQ_LEN = 16384
+    ATTEN_LOGIT_CAP = 50.0
+    SOFTMAX_CAP = 30.0
+    USE_BIAS = False
+    SEPARATE_EMBEDDING = False
+    SCALE_EMBEDDING = True
+    INIT_STD: float | None = None
+    DROPOUT_PROB = 0.0
+    USE_REPEATED_LAYER = False
+    CHECKPOINT_POLICY: str | None = "SAVE_NOTHING"
+    FPROP_DTYPE = "bfloat16"
+
+    # Optimizer (Pax's set_default_adam).
+    LEARNING_RATE = 2.5e-4
+    ADAM_BETA1 = 0.9
+    ADAM_BETA2 = 0.99
+    ADAM_EPSILON = 1e-6
+    ADAM_CLIP_THRESHOLD = 1.0
+    WEIGHT_DECAY = 1e-3
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+    LR_SCHEDULE = "linear_rampup_exponential_decay"
+    LR_LRED_WARMUP = 4000
+    LR_LRED_DECAY_START = 4001
+    LR_LRED_DECAY_END = 300000
+    LR_LRED_MIN_RATIO = 0.1
+    LR_LRED_MAX = 1.0
+    LR_COS_WARMUP = 4000
+    LR_COS_DECAY_START = 4001
+    LR_COS_DECAY_END = 300000
+    LR_COS_MIN_RATIO = 0.1
+    LR_COS_MAX = 1.0
+
+    # Training (Pax's SingleTask.Train defaults).
+    NUM_TRAIN_STEPS = 10_000_000
+    CHECKPOINT_EVERY_N_STEPS = 5000
+    CHECKPOINT_MAX_TO_KEEP = 10
+    SUMMARY_INTERVAL_STEPS = 100
+    EVAL_INTERVAL_STEPS = 100
+    PERCORE_BATCH_SIZE: float = 16
+    ICI_MESH_SHAPE: list[int] | None = [1, 1, 1]
+
+    def num_devices(self) -> int:
+        """Devices of the declared mesh, or all devices when none is declared."""
+        if self.ICI_MESH_SHAPE is None:
+            import jax
+
+            return jax.device_count()
+        dcn = self.DCN_MESH_SHAPE or [1] * len(self.ICI_MESH_SHAPE)
+        return math.prod(self.ICI_MESH_SHAPE) * math.prod(dcn)
+
+    def global_batch_size(self) -> int:
+        batch = self.PERCORE_BATCH_SIZE * self.num_devices()
+        if batch != int(batch) or batch < 1:
+            raise ValueError(f"PERCORE_BATCH_SIZE {self.PERCORE_BATCH_SIZE} x "
+                             f"{self.num_devices()} devices is not a whole batch")
+        return int(batch)
+
+    def position(self) -> str:
+        if self.TRAINABLE_POSITION_EMB:
+            return "learned"
+        return "rotary" if self.USE_ROTARY_POSITION_EMB else "sinusoidal"
+
+    def decoder(self) -> fdl.Config[TransformerLm]:
+        learned = self.TRAINABLE_POSITION_EMB
+        return fdl.Config(
+            TransformerLm,
+            vocab_size=self.VOCAB_SIZE,
+            num_layers=self.NUM_LAYERS,
+            model_dims=self.MODEL_DIMS,
+            hidden_dims=self.HIDDEN_DIMS or 4 * self.MODEL_DIMS,
+            num_heads=self.NUM_HEADS or self.MODEL_DIMS // self.DIMS_PER_HEAD,
+            dim_per_head=self.DIMS_PER_HEAD,
+            num_kv_heads=self.NUM_KV_HEADS,
+            activation=self.ACTIVATION,
+            gated=self.USE_GATED_ACTIVATION,
+            norm=self.NORMALIZATION,
+            norm_epsilon=self.NORM_EPSILON,
+            position=self.position(),
+            max_seq_len=self.TRAINABLE_PE_MAX_SEQ_LEN if learned else self.MAX_SEQ_LEN,
+            tied_embedding=not self.SEPARATE_EMBEDDING,
+            scale_embedding=self.SCALE_EMBEDDING,
+            attention_logit_cap=self.ATTEN_LOGIT_CAP,
+            logits_soft_cap=self.SOFTMAX_CAP,
+            use_bias=self.USE_BIAS,
+            dropout_rate=self.DROPOUT_PROB,
+            init_std=self.INIT_STD,
+            scan_layers=self.USE_REPEATED_LAYER,
+            remat_policy=self.CHECKPOINT_POLICY,
+            dtype=self.FPROP_DTYPE,
+        )
+
+    def lr_schedule(self) -> fdl.Config:
+        if self.LR_SCHEDULE == "linear_rampup_exponential_decay":
+            return fdl.Config(LinearRampupExponentialDecay, warmup_steps=self.LR_LRED_WARMUP,
+                              decay_start=self.LR_LRED_DECAY_START,
+                              decay_end=self.LR_LRED_DECAY_END,
+                              min_ratio=self.LR_LRED_MIN_RATIO, max=self.LR_LRED_MAX)
+        if self.LR_SCHEDULE == "linear_rampup_cosine_decay":
+            return fdl.Config(LinearRampupCosineDecay, warmup_steps=self.LR_COS_WARMUP,
+                              decay_start=self.LR_COS_DECAY_START, decay_end=self.LR_COS_DECAY_END,
+                              min_ratio=self.LR_COS_MIN_RATIO, max=self.LR_COS_MAX)
+        if self.LR_SCHEDULE == "constant":
+            return fdl.Config(Constant)
+        raise ValueError(f"LR_SCHEDULE {self.LR_SCHEDULE!r} is not one of "
+                         f"linear_rampup_exponential_decay, linear_rampup_cosine_decay, constant")
+
+    def task(self) -> fdl.Config[Task]:
+        optimizer = fdl.Config(
+            Adam,
+            learning_rate=self.LEARNING_RATE,
+            lr_schedule=self.lr_schedule(),
+            beta1=self.ADAM_BETA1,
+            beta2=self.ADAM_BETA2,
+            epsilon=self.ADAM_EPSILON,
+            update_clip_threshold=self.ADAM_CLIP_THRESHOLD,
+            weight_decay=self.WEIGHT_DECAY,
+            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
+        )
+        return fdl.Config(
+            Task,
+            model=fdl.Config(LanguageModel, decoder=self.decoder()),
+            train=fdl.Config(
+                Train,
+                learner=fdl.Config(Learner, optimizer=optimizer),
+                num_train_steps=self.NUM_TRAIN_STEPS,
+                save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
+                save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
+                summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
+                eval_interval_steps=self.EVAL_INTERVAL_STEPS,
+            ),
+        )
+
+    def datasets(self) -> list[fdl.Config]:
+        raise NotImplementedError(f"{type(self).__name__} must choose its data")
+
+
+class SyntheticDataset:
+    """Mixin: random tokens as Pax's lm_cloud ``SyntheticDataset`` (train and eval)."""
+
+    def datasets(self) -> list[fdl.Config[SyntheticInput]]:
+        common = dict(kind="tokens", batch_size=self.global_batch_size(),
+                      seq_len=self.MAX_SEQ_LEN, vocab_size=self.VOCAB_SIZE)
+        return [
+            fdl.Config(SyntheticInput, name="train", is_training=True, seed=1234, **common),
+            fdl.Config(SyntheticInput, name="test", is_training=False, seed=4321, **common),
+        ]
+
+
+class PipelinedExperiment:
+    """Mixin for Pax's pipelined experiments: registered under their names, and stopped with a
+    clear message until the pipeline-parallel plugin exists."""
+
+    REQUIRED_PLUGINS = ("pax-pipeline",)
+    PARTITIONER = "pipeline"
+    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    NUM_STAGES = 1
+    MICROBATCH_SIZE: int | None = None
+    NUM_MICROBATCHES: int | None = None
+    CIRCULAR_REPEAT = 1
+    STREAM_IO = False

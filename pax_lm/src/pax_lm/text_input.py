@@ -1,0 +1,254 @@
+"""Language-model batches from text: the default corpus or the user's files.
+
+Construction reads and tokenizes the documents of one split and lays them out as rows of
+``seq_len`` positions, all in memory as numpy arrays, so that a user's mistake (a missing file, a
+corpus too small for one batch) stops ``pax train`` before anything is written. A grain pipeline
+over the row indices then gives seeded shuffling, repetition, the per-process shard and the
+position to checkpoint; it is built on first use, after the core's ``shard`` call.
+
+Each document is tokenized as ``[bos, *text, eos]``. Two layouts:
+
+* ``pack``: a document longer than a row is split into pieces of ``seq_len`` predictions; pieces
+  are packed first-fit (over the last few open rows, so the cost stays linear) into rows, each a
+  segment of its own (``segment_ids`` 1, 2, ... and ``segment_pos`` from 0), so that no token
+  attends across documents.
+* ``concat``: all documents as one token stream cut into rows of ``seq_len`` predictions; a row
+  is one segment and may span documents.
+
+A row of ``seq_len`` predictions holds ``seq_len + 1`` tokens: consecutive pieces overlap by one
+token, so every next-token prediction of the stream is trained exactly once.
+
+Global batch ``k`` is rows ``k*batch_size ... (k+1)*batch_size-1`` of the (shuffled) row stream
+whatever the process count, and process ``p`` takes every ``process_count``-th of them; so the
+position (grain's ``next_index``, a number of batches) means the same data on any topology.
+
+The held-out split is chosen by a hash of each document's text: it does not depend on ``seed``
+(a train and an eval input with different seeds still never share a document), identical
+documents fall on the same side, and adding files moves few documents across.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+import grain
+import numpy as np
+
+from pax_core.errors import UsageError
+from pax_core.inputs.base import Input
+from pax_lm.corpus import default_corpus, read_documents
+from pax_lm.tokenizers import ByteTokenizer, Tokenizer
+
+PACKINGS = ("pack", "concat")
+SPLITS = ("train", "eval")
+# Rows still open for more pieces while packing: enough to fill most gaps, few enough to keep
+# packing linear in the number of pieces.
+_OPEN_ROWS = 8
+
+
+@dataclasses.dataclass
+class TextInput(Input):
+    """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
+    (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
+    or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
+
+    ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
+    the rest. ``shuffle`` and ``repeat`` default to ``is_training``. A finite input ends with
+    ``StopIteration``; its last batch is filled with padding rows (weight 0), so every held-out
+    token is evaluated once and every process reads the same number of batches.
+    ``num_rows`` is the number of rows of text (padding rows aside).
+    """
+
+    path: str | None = None
+    text_key: str = "text"
+    tokenizer: Any = dataclasses.field(default_factory=ByteTokenizer)
+    seq_len: int = 256
+    packing: str = "pack"
+    split: str = "train"
+    eval_fraction: float = 0.02
+    shuffle: bool | None = None
+    repeat: bool | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._check_fields()
+        documents = self._documents()
+        if self.eval_fraction > 0:
+            documents = split_documents(documents, self.split, self.eval_fraction,
+                                        self._source())
+        self._rows = _make_rows(self.tokenizer.encode_batch(documents), self.tokenizer,
+                                self.seq_len, self.packing)
+        self.num_rows = len(self._rows["ids"])
+        if self.num_rows < self.batch_size:
+            raise UsageError(
+                f"input '{self.name}': the {self.split} split of {self._source()} makes "
+                f"{self.num_rows} rows of {self.seq_len} tokens, fewer than batch_size "
+                f"{self.batch_size}; lower batch_size or seq_len"
+                + (", raise eval_fraction" if self.split == "eval" else "")
+                + " or give more text")
+        if not self._repeats:
+            self._pad_to_whole_batches()
+        self._iterator = None
+
+    def _check_fields(self) -> None:
+        where = f"input '{self.name}'"
+        if self.seq_len < 2:
+            raise UsageError(f"{where}: seq_len must be >= 2, got {self.seq_len}")
+        if self.packing not in PACKINGS:
+            raise UsageError(f"{where}: packing must be one of {', '.join(PACKINGS)}, "
+                             f"got {self.packing!r}")
+        if self.split not in SPLITS:
+            raise UsageError(f"{where}: split must be one of {', '.join(SPLITS)}, "
+                             f"got {self.split!r}")
+        if not 0 <= self.eval_fraction < 1 or (self.eval_fraction == 0 and self.split == "eval"):
+            raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
+                             f"split 'train' only), got {self.eval_fraction}")
+        if not isinstance(self.tokenizer, Tokenizer):
+            raise UsageError(f"{where}: tokenizer must be a pax_lm.tokenizers.Tokenizer, "
+                             f"got {type(self.tokenizer).__name__}")
+
+    def _source(self) -> str:
+        return self.path if self.path is not None else "the default corpus"
+
+    def _documents(self) -> list[str]:
+        if self.path is None:
+            return default_corpus()
+        return read_documents(self.path, self.text_key)
+
+    @property
+    def _shuffles(self) -> bool:
+        return self.is_training if self.shuffle is None else self.shuffle
+
+    @property
+    def _repeats(self) -> bool:
+        return self.is_training if self.repeat is None else self.repeat
+
+    def _pad_to_whole_batches(self) -> None:
+        missing = -self.num_rows % self.batch_size
+        fill = {"ids": self.tokenizer.pad_id, "labels": self.tokenizer.pad_id}
+        self._rows = {k: np.pad(v, ((0, missing), (0, 0)), constant_values=fill.get(k, 0))
+                      for k, v in self._rows.items()}
+
+    def shard(self, process_index: int, process_count: int) -> None:
+        super().shard(process_index, process_count)
+        self._iterator = None
+
+    def _pipeline(self) -> grain.DatasetIterator:
+        rows = grain.MapDataset.range(len(self._rows["ids"]))
+        if self._shuffles:
+            rows = rows.shuffle(seed=self.seed)
+        if self._repeats:
+            rows = rows.repeat()
+        batches = (rows[self.process_index::self.process_count]
+                   .batch(self.local_batch_size, drop_remainder=True)
+                   .map(self._gather))
+        # The rows are in memory: reading threads would only contend for the GIL.
+        return iter(batches.to_iter_dataset(grain.ReadOptions(num_threads=0,
+                                                              prefetch_buffer_size=0)))
+
+    def _gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
+        batch = {k: v[indices] for k, v in self._rows.items()}
+        batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
+        return batch
+
+    def _batches(self) -> grain.DatasetIterator:
+        """The pipeline's iterator, built on first use (after ``shard``)."""
+        if self._iterator is None:
+            self._iterator = self._pipeline()
+        return self._iterator
+
+    def get_next(self) -> dict[str, np.ndarray]:
+        return next(self._batches())
+
+    def get_state(self) -> dict[str, Any]:
+        return self._batches().get_state()
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self._batches().set_state(state)
+
+    def initial_state(self) -> dict[str, Any]:
+        return self._pipeline().get_state()
+
+
+def split_documents(documents: Sequence[str], split: str, eval_fraction: float,
+                    source: str = "the corpus") -> list[str]:
+    """The documents of ``split``, in corpus order: ``eval`` is the ``eval_fraction`` (at least
+    one) with the smallest text hashes, together with any duplicate of them; ``train`` the
+    rest."""
+    if len(documents) < 2:
+        raise UsageError(f"{source} has {len(documents)} document(s); at least 2 are needed to "
+                         f"hold one out for evaluation (give several files or a JSONL file)")
+    keys = np.array([int.from_bytes(hashlib.blake2b(d.encode(), digest_size=8).digest(), "big")
+                     for d in documents], np.uint64)
+    num_eval = max(1, round(eval_fraction * len(documents)))
+    held_out = keys <= np.sort(keys)[num_eval - 1]
+    chosen = held_out if split == "eval" else ~held_out
+    if not chosen.any():
+        raise UsageError(f"{source}: every document is held out for evaluation (they are all "
+                         f"identical); give more varied text")
+    return [d for d, keep in zip(documents, chosen, strict=True) if keep]
+
+
+def _make_rows(documents: Sequence[np.ndarray], tokenizer: Tokenizer, seq_len: int,
+              packing: str) -> dict[str, np.ndarray]:
+    """``ids``, ``labels``, ``segment_ids`` and ``segment_pos`` (int32, ``[rows, seq_len]``) of
+    the tokenized ``documents``; padding has ``segment_ids`` 0 and the pad id."""
+    bos, eos = np.array([tokenizer.bos_id], np.int32), np.array([tokenizer.eos_id], np.int32)
+    stream = np.concatenate([part for doc in documents for part in (bos, doc, eos)])
+    if packing == "pack":
+        lengths = np.array([len(doc) + 2 for doc in documents])
+        piece_start, piece_len = _pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
+        row, offset, segment = _pack(piece_len, seq_len)
+    else:  # the stream as one run: a row per piece, one segment each
+        piece_start, piece_len = _pieces(np.array([0]), np.array([len(stream)]), seq_len)
+        row = np.arange(len(piece_len))
+        offset, segment = np.zeros_like(row), np.ones_like(row)
+    # One entry per prediction: its piece, its place in the piece, its cell in the flat rows.
+    piece = np.repeat(np.arange(len(piece_len)), piece_len)
+    pos = np.arange(len(piece)) - np.repeat(np.cumsum(piece_len) - piece_len, piece_len)
+    cell, src = row[piece] * seq_len + offset[piece] + pos, piece_start[piece] + pos
+    size = (int(row.max()) + 1) * seq_len
+    rows = {"ids": np.full(size, tokenizer.pad_id, np.int32),
+            "labels": np.full(size, tokenizer.pad_id, np.int32),
+            "segment_ids": np.zeros(size, np.int32), "segment_pos": np.zeros(size, np.int32)}
+    rows["ids"][cell] = stream[src]
+    rows["labels"][cell] = stream[src + 1]
+    rows["segment_ids"][cell] = segment[piece]
+    rows["segment_pos"][cell] = pos
+    return {k: v.reshape(-1, seq_len) for k, v in rows.items()}
+
+
+def _pieces(starts: np.ndarray, lengths: np.ndarray, seq_len: int
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Each run of ``lengths[i]`` tokens from ``starts[i]`` cut into pieces of at most
+    ``seq_len`` predictions: the pieces' first tokens and prediction counts."""
+    predictions = lengths - 1
+    count = -(-predictions // seq_len)
+    run = np.repeat(np.arange(len(starts)), count)
+    k = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
+    return starts[run] + k * seq_len, np.minimum(seq_len, predictions[run] - k * seq_len)
+
+
+def _pack(piece_len: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """First-fit packing of pieces, in order, over the last ``_OPEN_ROWS`` rows that have room:
+    each piece's row, column and segment number (1-based within the row)."""
+    row, offset, segment = (np.empty(len(piece_len), np.int64) for _ in range(3))
+    open_rows: list[list[int]] = []  # [row, used, segments]
+    num_rows = 0
+    for i, length in enumerate(piece_len.tolist()):
+        slot = next((s for s in open_rows if s[1] + length <= seq_len), None)
+        if slot is None:
+            slot = [num_rows, 0, 0]
+            num_rows += 1
+            open_rows.append(slot)
+        row[i], offset[i], segment[i] = slot[0], slot[1], slot[2] + 1
+        slot[1] += length
+        slot[2] += 1
+        if slot[1] == seq_len:
+            open_rows.remove(slot)
+        elif len(open_rows) > _OPEN_ROWS:
+            open_rows.pop(0)
+    return row, offset, segment

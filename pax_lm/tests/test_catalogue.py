@@ -1,0 +1,122 @@
+"""Every registered LM experiment builds, with the parameter count its sizes imply."""
+
+from __future__ import annotations
+
+import importlib
+import math
+import re
+
+import fiddle as fdl
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pax_core import config
+from pax_core.errors import UsageError
+from pax_core.testing import isolated_host
+from pax_lm.catalogue import EXPERIMENTS
+from pax_lm.experiments.base import PipelinedExperiment
+
+CATALOGUE = [e for e in EXPERIMENTS if e.target.startswith("pax_lm.experiments.")]
+
+
+@pytest.fixture(scope="module")
+def host():
+    return isolated_host(("lm", importlib.import_module("pax_lm.plugin")),
+                         ("transformer", importlib.import_module("pax_transformer.plugin")))
+
+
+def expected_params(d) -> int:
+    """The analytic count for a TransformerLm with the fields ``d`` (pre-norm, Pax layout)."""
+    model, hidden, vocab = d["model_dims"], d["hidden_dims"], d["vocab_size"]
+    heads, per_head = d["num_heads"], d["dim_per_head"]
+    kv_heads = d["num_kv_heads"] or heads
+    norm = 2 * model if d["norm"] == "layernorm" else model
+    ffn_in = 2 if d["gated"] else 1
+    layer = (2 * norm + model * heads * per_head + 2 * model * kv_heads * per_head
+             + heads * per_head * model + ffn_in * model * hidden + hidden * model)
+    if d["use_bias"]:
+        layer += heads * per_head + 2 * kv_heads * per_head + model + ffn_in * hidden + model
+    total = vocab * model + d["num_layers"] * layer + norm
+    if d["position"] == "learned":
+        total += d["max_seq_len"] * model
+    if not d["tied_embedding"]:
+        total += model * vocab + (vocab if d["use_bias"] else 0)
+    return total
+
+
+def _decoder_fields(exp) -> dict:
+    return fdl.ordered_arguments(exp.decoder(), include_defaults=True)
+
+
+@pytest.mark.parametrize("ref", CATALOGUE, ids=[e.name for e in CATALOGUE])
+def test_experiment_builds_with_the_expected_parameter_count(host, ref):
+    cls = host.components("experiments").get(ref.name).load()
+    if issubclass(cls, PipelinedExperiment):
+        with pytest.raises(UsageError, match="needs the pax-pipeline plugin"):
+            config.resolve(host, ref.name, "lm", [])
+    else:
+        resolved = config.resolve(host, ref.name, "lm", [])
+        assert resolved.config.task.train.num_train_steps > 0
+    exp = cls()
+    decoder = fdl.build(exp.decoder())
+    shapes = jax.eval_shape(lambda: decoder.init(jax.random.PRNGKey(0),
+                                                 jnp.zeros((1, 8), jnp.int32)))
+    counted = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
+    assert counted == expected_params(_decoder_fields(exp))
+    assert exp.global_batch_size() >= 1
+
+
+@pytest.mark.parametrize("name", ["LmCloudSpmd2B", "LmCloudSpmd32B", "LmCloudSpmd128B",
+                                  "LmCloudSpmd1024B", "C4Spmd1BAdam4Replicas",
+                                  "C4Spmd16BAdam32Replicas"])
+def test_sizes_match_the_names(host, name):
+    exp = host.components("experiments").get(name).load()()
+    billions = int(re.search(r"(\d+)B", name).group(1))
+    assert expected_params(_decoder_fields(exp)) / 1e9 == pytest.approx(billions, rel=0.15)
+
+
+@pytest.mark.parametrize(
+    ("name", "batch", "mesh"),
+    [
+        ("LmCloudSpmd2B", 32, [1, 4, 1]),
+        ("LmCloudSpmdMultislice2B", 128, [1, 4, 1]),
+        ("C4Spmd16BAdam32Replicas", 512, [1, 16, 2]),
+        ("C4SpmdGpt3AdamDataParallel2x16x16", 256, [1, 16, 16]),
+        ("LmCloudSpmdPipeline175B", 96, [1, 1, 1, 16]),
+        ("C4SpmdPipelineGpt3SmallAdam8Replicas", 512, [2, 1, 2, 2]),
+    ],
+)
+def test_global_batch_is_per_core_batch_times_devices(host, name, batch, mesh):
+    exp = host.components("experiments").get(name).load()()
+    assert exp.global_batch_size() == batch
+    assert mesh == exp.ICI_MESH_SHAPE
+
+
+def test_mlperf_schedule_follows_the_global_batch(host):
+    exp = host.components("experiments").get(
+        "C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas").load()()
+    optimizer = exp.task().train.learner.optimizer
+    assert (optimizer.learning_rate, optimizer.lr_schedule.warmup_steps,
+            optimizer.lr_schedule.decay_end) == (3e-5, 100, 40725)
+
+
+def test_old_readme_name_is_an_alias(host):
+    entry = host.components("experiments").get("C4SpmdPipelineGpt3SmallAdam8Replicas")
+    assert ("paxml.tasks.lm.params.c4.C4SpmdPipelineGpt3SmallAdam64Replicas"
+            in entry.component.aliases)
+    with pytest.raises(UsageError, match="C4SpmdPipelineGpt3SmallAdam8Replicas needs the "
+                                         "pax-pipeline plugin"):
+        config.resolve(host, "C4SpmdPipelineGpt3SmallAdam64Replicas", None, [])
+
+
+def test_c4_says_what_is_missing(host, tmp_path):
+    resolved = config.resolve(host, "C4Spmd1BAdam4Replicas", None, [])
+    with pytest.raises(UsageError, match="C4_SPM_MODEL"):
+        resolved.build()
+    model = tmp_path / "spm.model"
+    model.write_bytes(b"")
+    resolved = config.resolve(host, "C4Spmd1BAdam4Replicas", None,
+                              [f"C4_SPM_MODEL='{model}'", f"C4_DATA_DIR='{tmp_path}'"])
+    with pytest.raises(UsageError, match=r"has no c4-train\.\*\.json\* files"):
+        resolved.build()

@@ -1,0 +1,25 @@
+"""Pax transformer layers: attention, feed-forward, norms, positions, remat, and a decoder-only LM.
+
+The names below are imported lazily (PEP 562) so that importing ``pax_transformer.plugin``,
+which ``pax plugins`` does, never imports JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "TransformerLm": "pax_transformer.model",
+    "count_params": "pax_transformer.model",
+    "stack_layer_params": "pax_transformer.stack",
+}
+__all__ = ["TransformerLm", "__version__", "count_params", "stack_layer_params"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pax_transformer' has no attribute {name!r}")

@@ -1,0 +1,64 @@
+"""A multi-axis dense projection whose weights carry logical axis names.
+
+Why not ``flax.linen.DenseGeneral``: it calls the initialiser with a flattened 2-D shape and
+reshapes afterwards, so a logically partitioned initialiser sees 3 axis names on a 2-D value;
+under axis rules and a mesh (and flax re-evaluates initialisers abstractly on every ``apply`` to
+check shapes) that fails. Here the initialiser still sees the 2-D [fan_in, fan_out] shape (so
+fan-in scaling counts every contracted axis) but the names are attached to the final shape.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.typing import Initializer
+
+from pax_transformer.initializers import partitioned
+
+
+def _reshaped(init: Initializer, contracted: int) -> Initializer:
+    """``init`` applied to the [prod(in axes), prod(out axes)] matrix, reshaped to ``shape``."""
+
+    def wrapped(key: jax.Array, shape: tuple[int, ...], dtype: Any = jnp.float32) -> jax.Array:
+        flat = (math.prod(shape[:contracted]), math.prod(shape[contracted:]))
+        return jnp.reshape(init(key, flat, dtype), shape)
+
+    return wrapped
+
+
+class Projection(nn.Module):
+    """Contract the last ``len(in_names)`` axes of x with a kernel, giving ``features`` axes.
+
+    The kernel is [*x.shape[-len(in_names):], *features] named ``(*in_names, *out_names)``;
+    with ``use_bias`` a bias of shape ``features`` named ``out_names``. Computed in ``dtype``.
+    """
+
+    features: tuple[int, ...]
+    in_names: tuple[str, ...]
+    out_names: tuple[str, ...]
+    kernel_init: Initializer
+    use_bias: bool = False
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        contracted = len(self.in_names)
+        kernel = self.param(
+            "kernel",
+            partitioned(_reshaped(self.kernel_init, contracted), self.in_names + self.out_names),
+            (*x.shape[x.ndim - contracted :], *self.features),
+            self.param_dtype,
+        )
+        y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=contracted)
+        if self.use_bias:
+            bias = self.param(
+                "bias", partitioned(nn.initializers.zeros, self.out_names), self.features,
+                self.param_dtype,
+            )
+            y = y + bias.astype(self.dtype)
+        return y

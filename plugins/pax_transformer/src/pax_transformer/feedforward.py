@@ -1,0 +1,60 @@
+"""The position-wise feed-forward block, plain or gated (GLU family).
+
+Plain: ``wo(act(wi(x)))``. Gated, as in Pax: ``wo(act(wi_gate(x)) * wi(x))``, so SwiGLU is
+``activation="silu", gated=True`` and GeGLU is ``activation="gelu", gated=True``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from flax.typing import Initializer
+
+from pax_transformer.dense import Projection
+from pax_transformer.validation import check_choice
+
+ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
+    "relu": nn.relu,
+    "gelu": functools.partial(nn.gelu, approximate=False),
+    "gelu_tanh": functools.partial(nn.gelu, approximate=True),
+    "silu": nn.silu,
+}
+
+
+class FeedForward(nn.Module):
+    """[B, L, d] -> [B, L, d] through ``hidden_dims`` units.
+
+    Kernels: ``wi`` (and ``wi_gate``) [d, hidden_dims] ("embed", "mlp"), ``wo`` [hidden_dims, d]
+    ("mlp", "embed"); with ``use_bias`` a bias on each.
+    """
+
+    hidden_dims: int
+    kernel_init: Initializer
+    activation: str = "relu"
+    gated: bool = False
+    use_bias: bool = False
+    dtype: Any = jnp.float32
+    param_dtype: Any = jnp.float32
+
+    def _dense(self, features: int, names: tuple[str, str], name: str) -> Projection:
+        return Projection(
+            (features,), names[:1], names[1:], self.kernel_init, self.use_bias, self.dtype,
+            self.param_dtype, name=name,
+        )
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        check_choice("activation", self.activation, ACTIVATIONS)
+        act = ACTIVATIONS[self.activation]
+        hidden = self._dense(self.hidden_dims, ("embed", "mlp"), "wi")(x)
+        if self.gated:
+            hidden = act(self._dense(self.hidden_dims, ("embed", "mlp"), "wi_gate")(x)) * hidden
+        else:
+            hidden = act(hidden)
+        hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
+        return self._dense(x.shape[-1], ("mlp", "embed"), "wo")(hidden)

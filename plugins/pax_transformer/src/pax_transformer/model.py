@@ -1,0 +1,283 @@
+"""``TransformerLm``: a decoder-only transformer, ids -> logits, and its analytic parameter count.
+
+Parameter layout (``params`` collection; d = model_dims, f = hidden_dims, V = vocab_size,
+N = num_heads, K = num_kv_heads or N, H = dim_per_head or d // N; "+b" marks a bias that exists
+only with ``use_bias``; logical axis names in brackets)::
+
+    embedding/embedding         [V, d]            ("vocab", "embed")
+    position/embedding          [max_seq_len, d]  (None, "embed")          position="learned"
+    stack/layer_{i}/            i = 0 .. num_layers-1 (scan_layers=False), or
+    stack/layers/               the same leaves with a leading [num_layers] axis named
+                                "layers" (scan_layers=True)
+        attention_norm/scale    [d]               ("embed",)
+        attention_norm/bias     [d]               ("embed",)               layernorm only
+        attention/query/kernel  [d, N, H]         ("embed", "heads", "kv")   +b [N, H]
+        attention/key/kernel    [d, K, H]         ("embed", "heads", "kv")   +b [K, H]
+        attention/value/kernel  [d, K, H]         ("embed", "heads", "kv")   +b [K, H]
+        attention/out/kernel    [N, H, d]         ("heads", "kv", "embed")   +b [d]
+        ffn_norm/scale, ffn_norm/bias             as attention_norm
+        ffn/wi/kernel           [d, f]            ("embed", "mlp")           +b [f]
+        ffn/wi_gate/kernel      [d, f]            ("embed", "mlp")           +b [f], gated only
+        ffn/wo/kernel           [f, d]            ("mlp", "embed")           +b [d]
+    final_norm/scale, final_norm/bias             as attention_norm
+    softmax/kernel              [d, V]            ("embed", "vocab")         +b [V], untied only
+
+Biases are named ``bias`` beside their kernel and take the kernel's output axis names.
+With n = 2d for layernorm (scale and bias) or d for rmsnorm (scale) and b = 1 if ``use_bias``
+else 0, one layer holds ``2n + (d + b)*(N + 2K)*H + (N*H + b)*d + g*(d + b)*f + (f + b)*d``
+weights (g = 2 if gated else 1), and the model
+``V*d + num_layers*layer + n [+ max_seq_len*d if learned] [+ (d + b)*V if untied]``;
+a tied model has neither softmax weights nor a softmax bias. ``count_params`` computes this.
+
+The ``cache`` collection (``decode=True``) holds ``index`` (int32 scalar: how many positions are
+cached) and, per layer, ``attention/cached_key`` and ``attention/cached_value`` of
+[B, max_seq_len, K, H] in the compute dtype (stacked on a leading layers axis when scanned).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from pax_transformer.embedding import Softmax, TokenEmbedding
+from pax_transformer.feedforward import ACTIVATIONS
+from pax_transformer.initializers import table_init
+from pax_transformer.layer import ACTIVATION_AXES, BlockConfig
+from pax_transformer.normalization import NORMS, Norm
+from pax_transformer.positions import POSITIONS, LearnedPositions, sinusoidal
+from pax_transformer.remat import POLICIES
+from pax_transformer.stack import TransformerStack
+from pax_transformer.validation import check_choice
+
+DTYPES = ("float32", "bfloat16")
+
+
+class TransformerLm(nn.Module):
+    """Decoder-only transformer: ids -> logits.
+
+    Pre-norm blocks (attention, then feed-forward) over token embeddings (scaled by sqrt(d) when
+    ``scale_embedding``) plus absolute positions (sinusoidal or learned) if chosen, or rotary
+    positions inside attention; a final norm; logits from the embedding transpose (tied) or a
+    separate softmax projection, optionally soft-capped. Weights are float32 (``param_dtype``),
+    computation runs in ``dtype``, norms and softmaxes take float32 statistics, and the logits
+    come back float32. Every weight carries logical axis names (see the module docstring) and
+    the activations are constrained to ("batch", "length", "embed"), ("batch", "length",
+    "mlp"), ("batch", "length", "heads", "kv") and ("batch", "length", "vocab"); without axis
+    rules in context those constraints do nothing. Dropout (``dropout_rate``, ``train=True``,
+    a "dropout" rng) applies to the input embeddings and to each residual branch.
+    """
+
+    vocab_size: int = 32000
+    num_layers: int = 2
+    model_dims: int = 512
+    hidden_dims: int = 2048
+    num_heads: int = 8
+    dim_per_head: int | None = None
+    num_kv_heads: int | None = None
+    activation: str = "relu"
+    gated: bool = False
+    norm: str = "layernorm"
+    norm_epsilon: float = 1e-6
+    position: str = "rotary"
+    max_seq_len: int = 2048
+    rotary_base: float = 10000.0
+    tied_embedding: bool = True
+    scale_embedding: bool = True
+    attention_logit_cap: float = 0.0
+    logits_soft_cap: float = 0.0
+    use_bias: bool = False
+    dropout_rate: float = 0.0
+    init_std: float | None = None
+    scan_layers: bool = False
+    remat_policy: str | None = None
+    dtype: str = "float32"
+    param_dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        _validate(self)
+        super().__post_init__()
+
+    @property
+    def head_dims(self) -> int:
+        """Dimensions per attention head, resolved."""
+        return self.dim_per_head or self.model_dims // self.num_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Number of key/value heads, resolved."""
+        return self.num_kv_heads or self.num_heads
+
+    def block_config(self) -> BlockConfig:
+        """The settings every block of the stack shares."""
+        return BlockConfig(
+            hidden_dims=self.hidden_dims,
+            num_heads=self.num_heads,
+            num_kv_heads=self.kv_heads,
+            dim_per_head=self.head_dims,
+            activation=self.activation,
+            gated=self.gated,
+            norm=self.norm,
+            norm_epsilon=self.norm_epsilon,
+            rotary=self.position == "rotary",
+            rotary_base=self.rotary_base,
+            max_seq_len=self.max_seq_len,
+            attention_logit_cap=self.attention_logit_cap,
+            use_bias=self.use_bias,
+            dropout_rate=self.dropout_rate,
+            init_std=self.init_std,
+            dtype=jnp.dtype(self.dtype),
+            param_dtype=jnp.dtype(self.param_dtype),
+        )
+
+    @nn.compact
+    def __call__(
+        self,
+        ids: jax.Array,
+        *,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+        decode: bool = False,
+    ) -> jax.Array:
+        """ids [B, L] int32 -> logits [B, L, vocab_size] float32.
+
+        segment_ids [B, L]: packed sequences; a token attends only to earlier tokens of its own
+        segment. positions [B, L]: each token's position within its segment, used by rotary,
+        sinusoidal and learned positions; defaults to arange(L), or when decoding to the cache
+        index plus arange(L).
+
+        decode=True: autoregressive decoding with a KV cache in the "cache" collection. Create
+        it with ``model.init(rng, ids, decode=True)`` (``ids`` gives the batch size; the cache
+        holds max_seq_len positions and starts empty), then feed a prompt chunk of any length,
+        then single tokens: ``model.apply({"params": p, "cache": c}, chunk, decode=True,
+        mutable=["cache"])``. Each call attends to every cached position up to its own.
+        """
+        length = ids.shape[1]
+        if decode and segment_ids is not None:
+            raise ValueError("segment_ids are not supported with decode=True (one sequence a row)")
+        if length > self.max_seq_len and (decode or self.position == "learned"):
+            raise ValueError(
+                f"sequence length {length} exceeds max_seq_len={self.max_seq_len} "
+                f"(the size of the {'KV cache' if decode else 'learned position table'})"
+            )
+        config = self.block_config()
+        embedding = TokenEmbedding(
+            self.vocab_size,
+            self.model_dims,
+            table_init(self.model_dims, self.init_std),
+            self.scale_embedding,
+            config.dtype,
+            config.param_dtype,
+            name="embedding",
+        )
+        x = embedding(ids)
+
+        decode_start = None
+        if decode:
+            index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+            decode_start = index.value
+            if not self.is_initializing():
+                index.value = decode_start + length
+        if positions is None:
+            start = 0 if decode_start is None else decode_start
+            positions = jnp.broadcast_to(start + jnp.arange(length), ids.shape)
+        if self.position == "sinusoidal":
+            x = x + sinusoidal(positions, self.model_dims, config.dtype)
+        elif self.position == "learned":
+            x = x + LearnedPositions(
+                self.max_seq_len,
+                self.model_dims,
+                table_init(self.model_dims, self.init_std),
+                config.dtype,
+                config.param_dtype,
+                name="position",
+            )(positions)
+        x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
+        x = nn.with_logical_constraint(x, ACTIVATION_AXES)
+
+        x = TransformerStack(
+            config, self.num_layers, self.scan_layers, self.remat_policy, train, decode,
+            name="stack",
+        )(x, positions, segment_ids, decode_start)
+        x = Norm(self.norm, self.norm_epsilon, config.dtype, config.param_dtype,
+                 name="final_norm")(x)
+
+        if self.tied_embedding:
+            logits = embedding.attend(x)
+        else:
+            logits = Softmax(
+                self.vocab_size,
+                table_init(self.model_dims, self.init_std),
+                self.use_bias,
+                config.dtype,
+                config.param_dtype,
+                name="softmax",
+            )(x)
+        if self.logits_soft_cap:
+            logits = self.logits_soft_cap * jnp.tanh(logits / self.logits_soft_cap)
+        return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+
+
+def _validate(m: TransformerLm) -> None:
+    """Raise ValueError for a configuration that cannot build, saying what would."""
+    for field in ("vocab_size", "num_layers", "model_dims", "hidden_dims", "num_heads",
+                  "max_seq_len"):
+        if getattr(m, field) < 1:
+            raise ValueError(f"{field} must be a positive integer, got {getattr(m, field)}")
+    check_choice("activation", m.activation, ACTIVATIONS)
+    check_choice("norm", m.norm, NORMS)
+    check_choice("position", m.position, POSITIONS)
+    check_choice("dtype", m.dtype, DTYPES)
+    check_choice("param_dtype", m.param_dtype, DTYPES)
+    if m.remat_policy is not None:
+        check_choice("remat_policy", m.remat_policy, [None, *POLICIES])
+    if m.dim_per_head is None and m.model_dims % m.num_heads:
+        raise ValueError(
+            f"model_dims={m.model_dims} is not divisible by num_heads={m.num_heads}; "
+            "set dim_per_head explicitly"
+        )
+    if m.dim_per_head is not None and m.dim_per_head < 1:
+        raise ValueError(f"dim_per_head must be a positive integer, got {m.dim_per_head}")
+    if m.num_kv_heads is not None and (m.num_kv_heads < 1 or m.num_heads % m.num_kv_heads):
+        raise ValueError(
+            f"num_kv_heads={m.num_kv_heads} must be a positive divisor of num_heads="
+            f"{m.num_heads} (1: multi-query; num_heads or None: multi-head)"
+        )
+    if m.position == "rotary" and m.head_dims % 2:
+        raise ValueError(f"rotary positions need an even dim_per_head, got {m.head_dims}")
+    for field in ("norm_epsilon", "rotary_base"):
+        if getattr(m, field) <= 0:
+            raise ValueError(f"{field} must be positive, got {getattr(m, field)}")
+    for field in ("attention_logit_cap", "logits_soft_cap"):
+        if getattr(m, field) < 0:
+            raise ValueError(f"{field} must be 0 (off) or positive, got {getattr(m, field)}")
+    if not 0.0 <= m.dropout_rate < 1.0:
+        raise ValueError(f"dropout_rate must be in [0, 1), got {m.dropout_rate}")
+    if m.init_std is not None and m.init_std <= 0:
+        raise ValueError(f"init_std must be positive or None, got {m.init_std}")
+
+
+def count_params(**fields: Any) -> int:
+    """The number of weights of ``TransformerLm(**fields)``, from the layout above (no tracing).
+
+    Takes exactly TransformerLm's fields (unset ones take its defaults) and validates them the
+    same way.
+    """
+    m = TransformerLm(**fields)
+    d, f, vocab = m.model_dims, m.hidden_dims, m.vocab_size
+    heads, kv_heads, head_dims = m.num_heads, m.kv_heads, m.head_dims
+    bias = int(m.use_bias)
+    ffn_in = 2 if m.gated else 1
+    norm = 2 * d if m.norm == "layernorm" else d
+
+    attention = (d + bias) * (heads + 2 * kv_heads) * head_dims + (heads * head_dims + bias) * d
+    ffn = ffn_in * (d + bias) * f + (f + bias) * d
+    total = vocab * d + m.num_layers * (2 * norm + attention + ffn) + norm
+    if m.position == "learned":
+        total += m.max_seq_len * d
+    if not m.tied_embedding:
+        total += (d + bias) * vocab
+    return total

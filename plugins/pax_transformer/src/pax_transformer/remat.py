@@ -1,0 +1,53 @@
+"""Pax's rematerialisation policies, by name, mapped onto ``jax.checkpoint_policies``.
+
+A policy says which intermediates of a transformer block the backward pass keeps instead of
+recomputing. The named ones refer to tensors tagged with ``jax.ad_checkpoint.checkpoint_name``
+in ``attention.py``. Pax's combined QKV projection is split here into query, key and value (so
+that grouped-query attention can have fewer key/value heads); its ``combined_qkv_proj`` name
+becomes the three names below.
+
+| Pax name                    | saved                                          |
+| --------------------------- | ---------------------------------------------- |
+| SAVE_NOTHING                | nothing: the whole block is recomputed         |
+| SAVE_EVERYTHING             | everything: no recomputation (remat is a no-op)|
+| SAVE_DOT_ONLY               | every matmul output                            |
+| SAVE_DOT_WITH_NO_BATCH_DIM  | matmul outputs without batch dimensions        |
+| SAVE_QKV_OUT_PROJ           | query/key/value and output projections         |
+| SAVE_CONTEXT_AND_OUT_PROJ   | attention context and output projection        |
+| SAVE_DOT_FOR_MLPERF_200B    | query/key/value, context and output projection |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+
+from pax_transformer.validation import check_choice
+
+QUERY_PROJ = "query_proj"
+KEY_PROJ = "key_proj"
+VALUE_PROJ = "value_proj"
+CONTEXT = "context"
+OUT_PROJ = "out_proj"
+
+_policies = jax.checkpoint_policies
+POLICIES: dict[str, Callable[..., bool]] = {
+    "SAVE_NOTHING": _policies.nothing_saveable,
+    "SAVE_EVERYTHING": _policies.everything_saveable,
+    "SAVE_DOT_ONLY": _policies.dots_saveable,
+    "SAVE_DOT_WITH_NO_BATCH_DIM": _policies.dots_with_no_batch_dims_saveable,
+    "SAVE_QKV_OUT_PROJ": _policies.save_only_these_names(
+        QUERY_PROJ, KEY_PROJ, VALUE_PROJ, OUT_PROJ
+    ),
+    "SAVE_CONTEXT_AND_OUT_PROJ": _policies.save_only_these_names(CONTEXT, OUT_PROJ),
+    "SAVE_DOT_FOR_MLPERF_200B": _policies.save_only_these_names(
+        QUERY_PROJ, KEY_PROJ, VALUE_PROJ, CONTEXT, OUT_PROJ
+    ),
+}
+
+
+def remat_policy(name: str) -> Callable[..., bool]:
+    """The ``jax.checkpoint`` policy for a Pax policy name; ValueError listing the valid ones."""
+    check_choice("remat_policy", name, POLICIES)
+    return POLICIES[name]

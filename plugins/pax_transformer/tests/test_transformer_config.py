@@ -1,0 +1,64 @@
+"""Configuration checks and the analytic parameter count."""
+
+from __future__ import annotations
+
+import jax
+import pytest
+from transformer_helpers import TINY, random_ids, tiny
+
+from pax_transformer.model import TransformerLm, count_params
+
+BAD = [
+    ({"num_kv_heads": 3}, "num_kv_heads=3 must be a positive divisor of num_heads=4"),
+    ({"num_kv_heads": 0}, "num_kv_heads=0"),
+    ({"activation": "tanh"}, "activation='tanh' is not supported; valid values: 'relu', 'gelu'"),
+    ({"norm": "batchnorm"}, "norm='batchnorm' is not supported; valid values: 'layernorm'"),
+    ({"position": "alibi"}, "position='alibi' is not supported; valid values: 'rotary'"),
+    ({"remat_policy": "SAVE_ALL"}, "remat_policy='SAVE_ALL' is not supported; valid values: "
+                                   "None, 'SAVE_NOTHING'"),
+    ({"dtype": "float16"}, "dtype='float16' is not supported"),
+    ({"model_dims": 30}, "model_dims=30 is not divisible by num_heads=4"),
+    ({"dim_per_head": 7}, "rotary positions need an even dim_per_head, got 7"),
+    ({"num_layers": 0}, "num_layers must be a positive integer"),
+    ({"dropout_rate": 1.0}, "dropout_rate must be in [0, 1)"),
+    ({"attention_logit_cap": -1.0}, "attention_logit_cap must be 0 (off) or positive"),
+    ({"init_std": 0.0}, "init_std must be positive or None"),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), BAD, ids=[str(o) for o, _ in BAD])
+def test_bad_config_raises_a_clear_value_error(overrides: dict, message: str) -> None:
+    with pytest.raises(ValueError) as error:
+        tiny(**overrides)
+    assert message in str(error.value)
+    with pytest.raises(ValueError):
+        count_params(**{**TINY, **overrides})
+
+
+def test_odd_heads_work_with_explicit_dim_per_head() -> None:
+    assert tiny(model_dims=30, dim_per_head=8).head_dims == 8
+
+
+COUNTED = [
+    {},
+    {"num_kv_heads": 2},
+    {"num_kv_heads": 1, "gated": True, "activation": "silu", "norm": "rmsnorm"},
+    {"tied_embedding": False},
+    {"tied_embedding": False, "use_bias": True, "num_kv_heads": 2, "gated": True},
+    {"position": "learned", "use_bias": True, "scan_layers": True},
+    {"position": "sinusoidal", "scan_layers": True, "num_layers": 3, "dim_per_head": 6},
+]
+
+
+@pytest.mark.parametrize("overrides", COUNTED, ids=[str(o) for o in COUNTED])
+def test_count_params_matches_the_real_parameters(overrides: dict) -> None:
+    fields = {**TINY, **overrides}
+    shapes = jax.eval_shape(TransformerLm(**fields).init, jax.random.key(0), random_ids())
+    real = sum(leaf.size for leaf in jax.tree.leaves(shapes["params"]))
+    assert count_params(**fields) == real
+
+
+def test_count_params_uses_the_model_defaults() -> None:
+    # 2 layers of d=512, f=2048, tied vocab 32000 with layernorm: 12.5M weights.
+    layer = 4 * 512 + 4 * 512 * 512 + 2 * 512 * 2048
+    assert count_params() == 32000 * 512 + 2 * layer + 2 * 512
