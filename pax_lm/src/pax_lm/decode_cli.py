@@ -44,6 +44,9 @@ def decode(
     tokens = generate(decoder, state.params["decoder"], prompt_ids, settings,
                       eos_id=tokenizer.eos_id)
     typer.echo(f"[step {step}] {prompt}{tokenizer.decode(tokens)}")
+    if len(prompt_ids) + len(tokens) >= decoder.max_seq_len:
+        typer.echo(f"(stopped at the model's maximum length, {decoder.max_seq_len} tokens)",
+                   err=True)
 
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
