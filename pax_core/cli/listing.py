@@ -29,8 +29,7 @@ def show_plugins(host: PluginHost, as_json: bool) -> None:
     for column in ("plugin", "distribution", "version", "status", "registered"):
         table.add_column(column)
     for r in records:
-        registered = "\n".join(f"{kind}: {', '.join(names)}"
-                               for kind, names in r.registered.items())
+        registered = "\n".join(_summary(kind, names) for kind, names in r.registered.items())
         status = r.status if not r.reason else f"{r.status}: {r.reason}"
         style = _STATUS_STYLE.get(r.status, "")
         table.add_row(escape(r.name), escape(r.distribution), escape(r.version),
@@ -41,6 +40,13 @@ def show_plugins(host: PluginHost, as_json: bool) -> None:
         for name, owners in names.items():
             console.print(escape(f"{kind[:-1]} '{name}' is registered by {', '.join(owners)}; "
                                  f"name it as plugin/{name}"), style="yellow")
+
+
+def _summary(kind: str, names: list[str], shown: int = 6) -> str:
+    """``kind: a, b, c``; long lists (a modality's catalogue) are cut, with a count."""
+    if len(names) <= shown:
+        return f"{kind}: {', '.join(names)}"
+    return f"{kind} ({len(names)}): {', '.join(names[:shown])}, ..."
 
 
 def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> None:

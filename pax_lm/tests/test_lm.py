@@ -55,6 +55,16 @@ def test_tiny_lm_learns_real_text(trained_job):
     assert heldout[-1]["log_pplx"] < heldout[0]["log_pplx"]
 
 
+def test_quick_start_model_learns_within_a_test_budget(host, tmp_path):
+    commands.train(host, exp="QuickStartLm", plugin="lm", job_dir=str(tmp_path), set_items=[
+        "NUM_TRAIN_STEPS=30", "SUMMARY_INTERVAL_STEPS=10", "LR_COS_WARMUP=5",
+        "LR_COS_DECAY_START=5", "EVAL_INTERVAL_STEPS=1000"])
+    losses = [r["loss"] for r in _records(tmp_path, "train")]
+    assert len(losses) == 3
+    assert losses[-1] < losses[0] < math.log(259)
+    assert losses[-1] < 0.6 * math.log(259)
+
+
 def _decoder_and_params(seed: int = 0):
     decoder = fdl.build(TinyLmForTests().decoder())
     params = decoder.init(jax.random.PRNGKey(seed), jnp.zeros((1, 8), jnp.int32))["params"]
