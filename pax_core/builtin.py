@@ -19,8 +19,13 @@ def pax_register_partitioners():
         Component(
             "data_parallel",
             "pax_core.partitioning:DataParallel",
-            "batch split over all devices, parameters replicated",
-        )
+            "Pax's pmap path: parameters replicated, batch split, gradients averaged",
+        ),
+        Component(
+            "spmd",
+            "pax_core.spmd:Spmd",
+            "sharding by logical axis rules over the experiment's ICI x DCN mesh",
+        ),
     ]
 
 

@@ -18,9 +18,10 @@ class Evaluator:
 
     def __init__(self, run: Run, host: PluginHost):
         self.run, self.host = run, host
-        params_sharding = run.state_shardings.params
-        self._step = jax.jit(make_eval_step(run.task.model), in_shardings=(params_sharding, None),
-                             out_shardings=run.partitioner.replicated)
+        partitioner = run.partitioner
+        self._step = partitioner.compile_step(
+            make_eval_step(run.task.model, partitioner.reduction), run.state_shardings.params,
+            None, partitioner.replicated)
 
     def evaluate(self, params) -> dict[str, dict[str, float]]:
         """``{dataset name: {metric: value}}`` for every eval dataset."""
@@ -42,6 +43,7 @@ class Evaluator:
         if sums is None:
             raise RunError(f"eval input '{data.name}' produced no batch")
         host = jax.device_get(sums)
-        metrics = {k: float(v) / max(float(w), 1e-9) for k, (v, w) in host.items()}
+        metrics = {k: float(v) if w is None else float(v) / max(float(w), 1e-9)
+                   for k, (v, w) in host.items()}
         metrics["num_batches"] = float(count)
         return metrics

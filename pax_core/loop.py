@@ -52,14 +52,12 @@ class TrainLoop:
         self.info = info
         self.settings = run.task.train
         learner = self.settings.learner
+        partitioner = run.partitioner
         step_fn = make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
-                                  learner.num_microbatches)
-        self.train_step = jax.jit(
-            step_fn,
-            in_shardings=(run.state_shardings, run.batch_shardings(run.batch_spec)),
-            out_shardings=(run.state_shardings, run.partitioner.replicated),
-            donate_argnums=0,
-        )
+                                  learner.num_microbatches, partitioner.reduction)
+        self.train_step = partitioner.compile_step(
+            step_fn, run.state_shardings, run.batch_shardings(run.batch_spec),
+            (run.state_shardings, partitioner.replicated), donate_state=True)
         self.evaluator = Evaluator(run, host)
         # Steps/s counts only time spent training: eval time is excluded from the interval.
         self._last_summary = (info.start_step, 0.0)

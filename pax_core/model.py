@@ -2,8 +2,8 @@
 
 A Pax model is a Flax ``linen.Module`` that computes its own loss, as in Pax: ``__call__(batch,
 train=...)`` returns a ``ModelOutput``. The loop differentiates ``loss``; ``metrics`` are
-weighted scalars (value, weight), so that averages over microbatches, steps and eval batches
-weigh each example or token correctly.
+weighted values (value, weight), so that averages over shards, microbatches and eval batches
+weigh each example or token correctly; a weight of None marks a count, which is summed instead.
 """
 
 from __future__ import annotations

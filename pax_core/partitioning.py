@@ -1,14 +1,18 @@
-"""Where a run's arrays live: the partitioner interface and the data-parallel default.
+"""Where a run's arrays live: the partitioner interface and Pax's data-parallel path.
 
-The training loop talks only to this interface: it asks for the shardings of the train state and
-of a batch, and hands over each process's numpy batch to become a global array. A new strategy
-(the SPMD partitioner with logical-axis rules, pipelines) is a new ``Partitioner`` registered
-through ``pax_register_partitioners``; the loop does not change.
+The training loop talks only to this interface: the partitioner builds the mesh, gives the
+shardings of the train state (from each leaf's logical axis names) and of a batch, turns each
+process's numpy batch into global arrays, and compiles the init, train and eval computations.
+A new strategy is a new ``Partitioner`` registered through ``pax_register_partitioners``; the
+loop does not change. The SPMD partitioner is in ``pax_core.spmd``.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
+import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -18,10 +22,39 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from pax_core.errors import UsageError
 
 
+class Reduction:
+    """How a step combines values across the shards it sees.
+
+    Under ``jax.jit`` over global arrays (SPMD) a step already sees the whole batch, so nothing
+    is left to combine; under ``shard_map`` each device sees its rows and must average gradients
+    and add up metric sums explicitly.
+    """
+
+    def mean(self, tree: Any) -> Any:
+        return tree
+
+    def sum(self, tree: Any) -> Any:
+        return tree
+
+
+class AxisReduction(Reduction):
+    """Collectives over one mesh axis, for steps written per shard."""
+
+    def __init__(self, axis: str):
+        self.axis = axis
+
+    def mean(self, tree: Any) -> Any:
+        return jax.lax.pmean(tree, self.axis)
+
+    def sum(self, tree: Any) -> Any:
+        return jax.lax.psum(tree, self.axis)
+
+
 class Partitioner(abc.ABC):
-    """Builds the mesh and says how the state and the batches are sharded over it."""
+    """Builds the mesh, says how state and batches are sharded, and compiles the steps."""
 
     mesh: Mesh
+    reduction: Reduction = Reduction()
 
     @abc.abstractmethod
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
@@ -29,12 +62,67 @@ class Partitioner(abc.ABC):
         with a ``UsageError`` naming the experiment constant to change."""
 
     @abc.abstractmethod
-    def state_shardings(self, abstract_state: Any) -> Any:
-        """A pytree of shardings matching ``abstract_state`` (``jax.ShapeDtypeStruct`` leaves)."""
+    def state_shardings(self, abstract_state: Any, logical_axes: Any) -> Any:
+        """Shardings matching ``abstract_state`` (``ShapeDtypeStruct`` leaves), given each leaf's
+        logical axis names (a ``PartitionSpec`` of names, empty when the model named none)."""
 
     @abc.abstractmethod
     def batch_sharding(self, ndim: int) -> NamedSharding:
         """The sharding of a batch leaf of rank ``ndim`` (leading dimension = examples)."""
+
+    @property
+    def num_batch_shards(self) -> int:
+        """How many ways the batch dimension is split; the global batch must divide by it."""
+        spec = self.batch_sharding(1).spec[0]
+        axes = spec if isinstance(spec, tuple) else (spec,) if spec else ()
+        return math.prod(self.mesh.shape[a] for a in axes)
+
+    @property
+    def replicated(self) -> NamedSharding:
+        return NamedSharding(self.mesh, PartitionSpec())
+
+    def context(self) -> contextlib.AbstractContextManager:
+        """Entered around every compiled call (tracing happens inside it)."""
+        return contextlib.nullcontext()
+
+    def compile_init(self, fn: Callable, out_shardings: Any) -> Callable:
+        """``fn(seed) -> state``, creating every shard where it lives."""
+        return self._in_context(jax.jit(fn, out_shardings=out_shardings))
+
+    def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
+                     out_shardings: Any, donate_state: bool = False) -> Callable:
+        """``fn(state, batch) -> outputs`` over global arrays."""
+        jitted = jax.jit(fn, in_shardings=(state_shardings, batch_shardings),
+                         out_shardings=out_shardings,
+                         donate_argnums=(0,) if donate_state else ())
+        return self._in_context(jitted)
+
+    def _in_context(self, fn: Callable) -> Callable:
+        def call(*args):
+            with self.context():
+                return fn(*args)
+
+        call.lower = lambda *args: self._lower(fn, *args)
+        return call
+
+    def _lower(self, fn: Callable, *args: Any):
+        with self.context():
+            return fn.lower(*args)
+
+    def check_batch_size(self, name: str, batch_size: int) -> None:
+        if batch_size % self.num_batch_shards:
+            raise UsageError(
+                f"dataset '{name}': batch_size {batch_size} does not divide over the "
+                f"{self.num_batch_shards} batch shards of the mesh; use a multiple of "
+                f"{self.num_batch_shards} (PERCORE_BATCH_SIZE, or --set datasets[i].batch_size)"
+            )
+
+    def global_batch(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
+        """Assemble every process's rows into global arrays, without copying through one host."""
+        return {
+            k: jax.make_array_from_process_local_data(self.batch_sharding(v.ndim), v)
+            for k, v in local_batch.items()
+        }
 
     @staticmethod
     def declared_mesh(experiment: Any, num_devices: int) -> dict[str, int] | None:
@@ -49,7 +137,7 @@ class Partitioner(abc.ABC):
             raise UsageError(f"ICI_MESH_SHAPE {list(ici)}, DCN_MESH_SHAPE {list(dcn)} and "
                              f"MESH_AXIS_NAMES {list(names)} must have the same length")
         shape = {name: i * d for name, i, d in zip(names, ici, dcn, strict=True)}
-        size = int(np.prod(list(shape.values())))
+        size = math.prod(shape.values())
         if size != num_devices:
             raise UsageError(
                 f"the mesh ICI_MESH_SHAPE {list(ici)} x DCN_MESH_SHAPE {list(dcn)} has {size} "
@@ -58,40 +146,18 @@ class Partitioner(abc.ABC):
             )
         return shape
 
-    @property
-    def replicated(self) -> NamedSharding:
-        return NamedSharding(self.mesh, PartitionSpec())
-
-    @property
-    def num_batch_shards(self) -> int:
-        """How many ways the batch dimension is split; the global batch must divide by it."""
-        return self.mesh.size
-
-    def check_batch_size(self, name: str, batch_size: int) -> None:
-        if batch_size % self.num_batch_shards:
-            raise UsageError(
-                f"dataset '{name}': batch_size {batch_size} does not divide over "
-                f"{self.num_batch_shards} devices; set the dataset's batch_size to a multiple of "
-                f"{self.num_batch_shards} (--set datasets[i].batch_size=...)"
-            )
-
-    def global_batch(self, local_batch: dict[str, np.ndarray]) -> dict[str, jax.Array]:
-        """Assemble every process's rows into global arrays, without copying through one host."""
-        return {
-            k: jax.make_array_from_process_local_data(self.batch_sharding(v.ndim), v)
-            for k, v in local_batch.items()
-        }
-
 
 class DataParallel(Partitioner):
-    """The batch split over every device, parameters and optimizer state replicated.
+    """Pax's data-parallel path: parameters and optimizer state replicated on every device,
+    each device a slice of the batch, gradients averaged across devices.
 
-    The mesh is one axis, ``data``, over all devices. An experiment that declares a mesh may
-    only use its batch axes (``replica``, ``data``) here: splitting parameters needs a
-    partitioner that shards them.
+    Steps are written per shard with ``shard_map`` and explicit collectives over the one mesh
+    axis, ``data``, as Pax's pmap path is. An experiment that declares a mesh may only use its
+    batch axes (``replica``, ``data``) here: splitting parameters needs the SPMD partitioner.
     """
 
     BATCH_AXES = ("replica", "data")
+    reduction = AxisReduction("data")
 
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
         shape = self.declared_mesh(experiment, len(devices)) or {}
@@ -99,13 +165,20 @@ class DataParallel(Partitioner):
         if model_axes:
             raise UsageError(
                 f"PARTITIONER 'data_parallel' replicates parameters and cannot split mesh axes "
-                f"{model_axes}; set those axes to 1 in ICI_MESH_SHAPE or choose a partitioner "
-                f"that shards parameters"
+                f"{model_axes}; set those axes to 1 in ICI_MESH_SHAPE or use PARTITIONER 'spmd'"
             )
         self.mesh = Mesh(np.asarray(devices).reshape(-1), ("data",))
 
-    def state_shardings(self, abstract_state: Any) -> Any:
+    def state_shardings(self, abstract_state: Any, logical_axes: Any) -> Any:
         return jax.tree.map(lambda _: self.replicated, abstract_state)
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec("data", *([None] * (ndim - 1))))
+
+    def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
+                     out_shardings: Any, donate_state: bool = False) -> Callable:
+        per_shard = jax.shard_map(fn, mesh=self.mesh, in_specs=(PartitionSpec(),
+                                                                PartitionSpec("data")),
+                                  out_specs=PartitionSpec())
+        return super().compile_step(per_shard, state_shardings, batch_shardings, out_shardings,
+                                    donate_state)

@@ -10,6 +10,7 @@ import dataclasses
 import os
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
 
@@ -20,7 +21,7 @@ from pax_core.errors import PaxError, RunError, UsageError
 from pax_core.inputs.base import Input
 from pax_core.partitioning import Partitioner
 from pax_core.plugins import PluginHost
-from pax_core.state import TrainState, make_init_fn
+from pax_core.state import TrainState, logical_axes, make_init_fn
 from pax_core.task import Job, Task
 
 # JAX's platform names that one backend serves.
@@ -92,7 +93,7 @@ class Run:
         """A fresh state, created directly with its output shardings."""
         init = make_init_fn(self.task.model, self.tx, self.batch_spec)
         seed = np.uint32(self.task.train.random_seed)
-        return jax.jit(init, out_shardings=self.state_shardings)(seed)
+        return self.partitioner.compile_init(init, self.state_shardings)(seed)
 
 
 def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
@@ -145,12 +146,14 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
         k: jax.ShapeDtypeStruct((train_input.batch_size, *v.shape[1:]), v.dtype)
         for k, v in sample.items()
     }
-    init = make_init_fn(job.task.model, tx, batch_spec)
+    init = make_init_fn(job.task.model, tx, batch_spec, boxed=True)
     try:
-        abstract = jax.eval_shape(init, np.uint32(0))
+        with partitioner.context():
+            boxed = jax.eval_shape(init, np.uint32(0))
     except Exception as e:
         raise host.provider_error("model", job.task.model, e) from e
-    shardings = partitioner.state_shardings(abstract)
+    abstract = nn.meta.unbox(boxed)
+    shardings = partitioner.state_shardings(abstract, logical_axes(boxed))
     abstract = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )

@@ -15,11 +15,19 @@ import jax.numpy as jnp
 import optax
 
 from pax_core.model import ModelOutput
+from pax_core.partitioning import Reduction
 from pax_core.state import TrainState
 
 
-def _weighted_means(metrics: dict[str, tuple[Any, Any]]) -> dict[str, jax.Array]:
-    return {k: jnp.sum(v * w) / jnp.maximum(jnp.sum(w), 1e-9) for k, (v, w) in metrics.items()}
+def _weighted_sums(metrics: dict[str, tuple[Any, Any]]) -> dict[str, tuple[jax.Array, Any]]:
+    """``(sum of value x weight, sum of weight)`` per metric; a count (weight None) is summed."""
+    return {k: (jnp.sum(v), None) if w is None else (jnp.sum(v * w), jnp.sum(w))
+            for k, (v, w) in metrics.items()}
+
+
+def _means(sums: dict[str, tuple[jax.Array, Any]]) -> dict[str, jax.Array]:
+    return {k: total if weight is None else total / jnp.maximum(weight, 1e-9)
+            for k, (total, weight) in sums.items()}
 
 
 def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
@@ -33,9 +41,12 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_at: Callable[[jax.Array], jax.Array],
-                    num_microbatches: int = 1) -> Callable[..., tuple[TrainState, dict]]:
+                    num_microbatches: int = 1, reduction: Reduction | None = None
+                    ) -> Callable[..., tuple[TrainState, dict]]:
     """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
-    asked), one optimizer update, and the step's loss, learning rate and gradient norm."""
+    asked, and combined across shards by ``reduction`` when the step runs per shard), one
+    optimizer update, and the step's loss, learning rate and gradient norm."""
+    reduction = reduction or Reduction()
 
     def grads_of(params, batch, rng):
         def loss_fn(p):
@@ -56,8 +67,16 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
         rngs = jax.random.split(rng, num_microbatches)
         summed, outs = jax.lax.scan(body, zeros, (_microbatches(batch, num_microbatches), rngs))
         grads = jax.tree.map(lambda g: g / num_microbatches, summed)
-        metrics = {k: (v.reshape(-1), w.reshape(-1)) for k, (v, w) in outs.metrics.items()}
+        metrics = {k: (v.reshape(-1), None if w is None else w.reshape(-1))
+                   for k, (v, w) in outs.metrics.items()}
         return grads, ModelOutput(jnp.mean(outs.loss), metrics, jnp.sum(outs.num_tokens))
+
+    def combined(grads, out: ModelOutput):
+        """Gradients and metrics of the whole batch from this shard's."""
+        grads, loss = reduction.mean((grads, out.loss))
+        sums, tokens = reduction.sum((_weighted_sums(out.metrics),
+                                      jnp.asarray(out.num_tokens, jnp.float32)))
+        return grads, loss, _means(sums), tokens
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]):
         rng, step_rng = jax.random.split(state.rng)
@@ -65,28 +84,30 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
             grads, out = accumulate(state.params, batch, step_rng)
         else:
             grads, out = grads_of(state.params, batch, step_rng)
+        grads, loss, means, tokens = combined(grads, out)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         metrics = {
-            "loss": out.loss,
-            **_weighted_means(out.metrics),
+            "loss": loss,
+            **means,
             "learning_rate": learning_rate_at(state.step),
             "grad_norm": optax.tree.norm(grads),
-            "num_tokens": jnp.asarray(out.num_tokens, jnp.float32),
+            "num_tokens": tokens,
         }
         return TrainState(params, opt_state, state.step + 1, rng), metrics
 
     return train_step
 
 
-def make_eval_step(model: nn.Module) -> Callable[..., dict[str, tuple[jax.Array, jax.Array]]]:
+def make_eval_step(model: nn.Module, reduction: Reduction | None = None
+                   ) -> Callable[..., dict[str, tuple[jax.Array, jax.Array]]]:
     """``(params, batch) -> sums``: weighted sums (not means), so that the loop can add them over
     eval batches on the device and divide once at the end."""
+    reduction = reduction or Reduction()
 
     def eval_step(params, batch):
         out: ModelOutput = model.apply({"params": params}, batch, train=False)
-        sums = {"loss": (out.loss, jnp.ones(()))}
-        sums.update({k: (jnp.sum(v * w), jnp.sum(w)) for k, (v, w) in out.metrics.items()})
-        return sums
+        loss = reduction.mean(out.loss)
+        return {"loss": (loss, jnp.ones(())), **reduction.sum(_weighted_sums(out.metrics))}
 
     return eval_step

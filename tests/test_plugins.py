@@ -243,7 +243,7 @@ def test_pax_plugins_lists_failed_plugin_with_its_reason(site):
     assert "this_dependency_is_not_installed" in plugins["broken"]["reason"]
     assert plugins["testplugin"]["status"] == "active"
     assert plugins["testplugin"]["registered"]["experiments"] == ["TinyCounting"]
-    assert plugins["core"]["registered"]["partitioners"] == ["data_parallel"]
+    assert plugins["core"]["registered"]["partitioners"] == ["data_parallel", "spmd"]
     assert "pax-broken 0.3.0" in result.stderr
 
 

@@ -12,7 +12,7 @@ from pax_core.testing import cpu_mesh, register_plugin
 
 def test_pax_host_fixture_has_only_the_builtins(pax_host):
     assert list(pax_host.records) == ["core"]
-    assert pax_host.components("partitioners").names() == ["core/data_parallel"]
+    assert pax_host.components("partitioners").names() == ["core/data_parallel", "core/spmd"]
 
 
 def test_throwaway_plugin_is_registered_for_one_block(pax_host):

@@ -33,13 +33,12 @@ def _run(host, devices, *overrides):
 
 def _train_steps(run, steps: int):
     """Losses and final params of ``steps`` steps, through the same jitted step as the loop."""
-    learner = run.task.train.learner
-    step = jax.jit(
+    learner, partitioner = run.task.train.learner, run.partitioner
+    step = partitioner.compile_step(
         make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
-                        learner.num_microbatches),
-        in_shardings=(run.state_shardings, run.batch_shardings(run.batch_spec)),
-        out_shardings=(run.state_shardings, run.partitioner.replicated),
-    )
+                        learner.num_microbatches, partitioner.reduction),
+        run.state_shardings, run.batch_shardings(run.batch_spec),
+        (run.state_shardings, partitioner.replicated))
     state, losses = run.init_state(), []
     for _ in range(steps):
         state, metrics = step(state, run.partitioner.global_batch(run.train_input.get_next()))
@@ -83,7 +82,7 @@ def test_microbatches_must_divide_the_per_device_batch(host):
 
 def test_batch_that_does_not_divide_over_devices_is_refused_before_writing(host, tmp_path):
     job_dir = tmp_path / "job"
-    with pytest.raises(UsageError, match="does not divide over 8 devices"):
+    with pytest.raises(UsageError, match="does not divide over the 8 batch shards"):
         commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(job_dir),
                        set_items=["datasets[0].batch_size=12"])
     assert not job_dir.exists()

@@ -39,7 +39,7 @@ class LanguageModel(nn.Module):
                 "avg_xent": (xent, weights),
                 "log_pplx": (xent, weights),
                 "fraction_of_correct_next_step_preds": (correct, weights),
-                "num_predictions": (num_predictions, jnp.ones(())),
+                "num_predictions": (num_predictions, None),
             },
             num_tokens=num_predictions,
         )

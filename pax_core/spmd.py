@@ -1,0 +1,131 @@
+"""The SPMD partitioner: sharding declared as a mapping from logical axis names to mesh axes.
+
+Layers name the axes of every weight and key activation (``embed``, ``mlp``, ``heads``, ``kv``,
+``vocab``, ``batch``, ``length``, ``layers``); an experiment's ``LOGICAL_AXIS_RULES`` map them
+onto the mesh axes of ``MESH_AXIS_NAMES``, and XLA's SPMD partitioner does the rest. The default
+rules reproduce Pax's canonical LM sharding: weights on a 2-D ``[data, mdl]`` layout, replicated
+over ``replica``; activations' batch over ``(replica, data)`` and their model dimension over
+``mdl``. Rules are tried in order, and a mesh axis already used by a tensor is skipped, which is
+how ``embed`` lands on ``data`` for weights but on ``mdl`` for activations whose batch took
+``data``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from pax_core.errors import UsageError
+from pax_core.partitioning import Partitioner
+
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+DEFAULT_RULES: Rules = (
+    ("batch", ("replica", "data")),
+    ("length", None),
+    ("layers", None),
+    ("vocab", "mdl"),
+    ("embed", "data"),
+    ("embed", "mdl"),
+    ("mlp", "mdl"),
+    ("heads", "mdl"),
+    ("kv", None),
+)
+
+
+def device_grid(devices: Sequence[jax.Device], ici: Sequence[int], dcn: Sequence[int]
+                ) -> np.ndarray:
+    """Devices arranged as the ICI x DCN mesh: every axis is (dcn part) x (ici part), and the
+    devices of one slice (or, without slices, one process; or, in a single process, one run of
+    consecutive devices) fill the ICI part."""
+    devices = list(devices)
+    slices = math.prod(dcn)
+    if slices > 1 and jax.process_count() > 1:
+        from jax.experimental import mesh_utils
+
+        granule = len({getattr(d, "slice_index", 0) for d in devices}) == 1
+        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                    process_is_granule=granule)
+    grid = np.asarray(devices).reshape(*dcn, *ici)
+    order = [i for axis in range(len(ici)) for i in (axis, axis + len(ici))]
+    return grid.transpose(order).reshape([d * i for d, i in zip(dcn, ici, strict=True)])
+
+
+class Spmd(Partitioner):
+    """Shards parameters, optimizer state and activations by logical axis rules."""
+
+    def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
+        shape = self.declared_mesh(experiment, len(devices))
+        if shape is None:
+            raise UsageError("PARTITIONER 'spmd' needs a declared mesh: set ICI_MESH_SHAPE (for "
+                             f"example --set ICI_MESH_SHAPE=[1,{len(devices)},1])")
+        ici = list(experiment.ICI_MESH_SHAPE)
+        dcn = list(experiment.DCN_MESH_SHAPE or [1] * len(ici))
+        self.mesh = Mesh(device_grid(devices, ici, dcn), tuple(shape))
+        self.rules = tuple(
+            (name, tuple(axes) if isinstance(axes, list) else axes)
+            for name, axes in (getattr(experiment, "LOGICAL_AXIS_RULES", None) or DEFAULT_RULES)
+        )
+        self._check_rules()
+
+    def _check_rules(self) -> None:
+        for name, axes in self.rules:
+            named = axes if isinstance(axes, tuple) else (axes,) if axes else ()
+            unknown = [a for a in named if a not in self.mesh.shape]
+            if unknown:
+                raise UsageError(
+                    f"LOGICAL_AXIS_RULES maps '{name}' to mesh axis {unknown[0]!r}, which is not "
+                    f"in MESH_AXIS_NAMES {list(self.mesh.axis_names)}"
+                )
+
+    def context(self) -> contextlib.AbstractContextManager:
+        stack = contextlib.ExitStack()
+        stack.enter_context(jax.set_mesh(self.mesh))
+        stack.enter_context(nn.logical_axis_rules(self.rules))
+        return stack
+
+    def mesh_spec(self, logical: PartitionSpec) -> PartitionSpec:
+        """The mesh axes of a tensor whose axes have the logical names ``logical``."""
+        known = {name for name, _ in self.rules}
+        for name in logical:
+            for part in name if isinstance(name, tuple) else (name,):
+                if part is not None and part not in known:
+                    raise UsageError(
+                        f"the model uses the logical axis '{part}', which LOGICAL_AXIS_RULES "
+                        f"does not map; add ('{part}', None) or a mesh axis to the rules"
+                    )
+        return nn.logical_to_mesh_axes(logical, self.rules)
+
+    def state_shardings(self, abstract_state: Any, logical_axes: Any) -> Any:
+        def sharding(path, leaf, logical):
+            spec = self.mesh_spec(logical)
+            self._check_divisible(jax.tree_util.keystr(path), leaf.shape, spec)
+            return NamedSharding(self.mesh, spec)
+
+        specs = jax.tree.leaves(logical_axes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+        leaves, treedef = jax.tree_util.tree_flatten_with_path(abstract_state)
+        return treedef.unflatten(
+            [sharding(path, leaf, spec) for (path, leaf), spec in zip(leaves, specs, strict=True)]
+        )
+
+    def _check_divisible(self, where: str, shape: tuple[int, ...], spec: PartitionSpec) -> None:
+        for dim, axes in zip(shape, spec, strict=False):
+            named = axes if isinstance(axes, tuple) else (axes,) if axes else ()
+            ways = math.prod(self.mesh.shape[a] for a in named)
+            if dim % ways:
+                raise UsageError(
+                    f"state{where}: a dimension of {dim} does not divide over mesh axes "
+                    f"{list(named)} ({ways} devices); change ICI_MESH_SHAPE or the model size"
+                )
+
+    def batch_sharding(self, ndim: int) -> NamedSharding:
+        spec = self.mesh_spec(PartitionSpec("batch", *(["length"] if ndim > 1 else []),
+                                             *([None] * max(ndim - 2, 0))))
+        return NamedSharding(self.mesh, spec)
