@@ -16,13 +16,16 @@ class Experiment:
 
     ``ICI_MESH_SHAPE`` / ``DCN_MESH_SHAPE`` / ``MESH_AXIS_NAMES`` declare the device mesh (Pax's
     conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER``,
-    ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``REQUIRED_PLUGINS`` names
+    ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``LOGICAL_AXIS_RULES`` maps the
+    model's logical axis names to mesh axes for the SPMD partitioner (None: Pax's canonical
+    sharding, ``pax_core.spmd.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
     distributions the experiment cannot run without (checked before anything is built).
     """
 
     ICI_MESH_SHAPE: list[int] | None = None
     DCN_MESH_SHAPE: list[int] | None = None
     MESH_AXIS_NAMES: tuple[str, ...] = ("replica", "data", "mdl")
+    LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] | None = None
     PARTITIONER: str = "data_parallel"
     CHECKPOINTER: str = "orbax"
     LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")

@@ -36,6 +36,10 @@ class Reduction:
     def sum(self, tree: Any) -> Any:
         return tree
 
+    def gradients(self, tree: Any) -> Any:
+        """The mean over shards of each shard's gradient of its own loss."""
+        return tree
+
 
 class AxisReduction(Reduction):
     """Collectives over one mesh axis, for steps written per shard."""
@@ -48,6 +52,15 @@ class AxisReduction(Reduction):
 
     def sum(self, tree: Any) -> Any:
         return jax.lax.psum(tree, self.axis)
+
+    def gradients(self, tree: Any) -> Any:
+        def mean(grad):
+            if self.axis in getattr(jax.typeof(grad), "vma", ()):
+                return jax.lax.pmean(grad, self.axis)
+            # shard_map already summed the cotangent of a replicated input over the axis.
+            return grad / jax.lax.psum(1, self.axis)
+
+        return jax.tree.map(mean, tree)
 
 
 class Partitioner(abc.ABC):

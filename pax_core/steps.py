@@ -73,7 +73,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
 
     def combined(grads, out: ModelOutput):
         """Gradients and metrics of the whole batch from this shard's."""
-        grads, loss = reduction.mean((grads, out.loss))
+        grads, loss = reduction.gradients(grads), reduction.mean(out.loss)
         sums, tokens = reduction.sum((_weighted_sums(out.metrics),
                                       jnp.asarray(out.num_tokens, jnp.float32)))
         return grads, loss, _means(sums), tokens
