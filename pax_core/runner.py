@@ -17,6 +17,7 @@ import numpy as np
 from pax_core.checkpointing import Checkpointer, CheckpointSettings
 from pax_core.components import Registered
 from pax_core.config import ResolvedRun
+from pax_core.distributed import DistributedOptions, join_processes
 from pax_core.errors import PaxError, RunError, UsageError
 from pax_core.inputs.base import Input
 from pax_core.partitioning import Partitioner
@@ -28,13 +29,15 @@ from pax_core.task import Job, Task
 _PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 
 
-def start_runtime(host: PluginHost, platform: str | None) -> list[jax.Device]:
-    """Prepare the runtime, start JAX, and check the devices it found.
+def start_runtime(host: PluginHost, platform: str | None,
+                  distributed: DistributedOptions | None = None) -> list[jax.Device]:
+    """Join the run's other processes, prepare the runtime, start JAX, and check the devices.
 
     With a named platform (``--platform`` or ``JAX_PLATFORMS``) only its backend prepares; with
     none, every installed backend prepares (each touches only its own platform's settings),
     since which platform JAX will pick is known only once it has started.
     """
+    join_processes(distributed)
     name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
     backends = {e.name: e for e in host.components("backends")}
     chosen = _PLATFORM_ALIASES.get(name, name) if name else None
@@ -124,8 +127,13 @@ def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int
         )
 
 
-def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]) -> Run:
-    """Build the job's objects, the mesh and the shardings; allocate nothing on devices yet."""
+def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device], *,
+              read_data: bool = True) -> Run:
+    """Build the job's objects, the mesh and the shardings; allocate nothing on devices yet.
+
+    With ``read_data`` the training input reads its first batch now, so that missing or bad
+    data is reported before anything is written; planning a run skips it.
+    """
     job = resolved.build()
     exp = resolved.experiment
     partitioner = component(host, "partitioners", exp.PARTITIONER, "PARTITIONER").build()
@@ -141,10 +149,11 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
     _check_microbatches(resolved.name, train_input, learner.num_microbatches,
                         partitioner.num_batch_shards)
     tx = learner.optimizer.build()
-    sample = _peek(host, train_input)
+    if read_data:
+        _peek(host, train_input)
     batch_spec = {
         k: jax.ShapeDtypeStruct((train_input.batch_size, *v.shape[1:]), v.dtype)
-        for k, v in sample.items()
+        for k, v in _abstract_batch(host, train_input).items()
     }
     init = make_init_fn(job.task.model, tx, batch_spec, boxed=True)
     try:
@@ -166,5 +175,16 @@ def _peek(host: PluginHost, data: Input) -> dict[str, np.ndarray]:
         return data.peek()
     except StopIteration:
         raise RunError(f"input '{data.name}' is empty") from None
+    except PaxError:
+        raise
+    except Exception as e:
+        raise host.provider_error("input", data, e) from e
+
+
+def _abstract_batch(host: PluginHost, data: Input) -> dict[str, jax.ShapeDtypeStruct]:
+    try:
+        return data.abstract_batch()
+    except PaxError:
+        raise
     except Exception as e:
         raise host.provider_error("input", data, e) from e

@@ -110,13 +110,17 @@ def test_old_readme_name_is_an_alias(host):
         config.resolve(host, "C4SpmdPipelineGpt3SmallAdam64Replicas", None, [])
 
 
-def test_c4_says_what_is_missing(host, tmp_path):
-    resolved = config.resolve(host, "C4Spmd1BAdam4Replicas", None, [])
+def _first_batch_of(host, *overrides):
+    job = config.resolve(host, "C4Spmd1BAdam4Replicas", None, list(overrides)).build()
+    return job.datasets[0].peek()
+
+
+def test_c4_builds_without_data_and_says_what_is_missing_when_read(host, tmp_path):
     with pytest.raises(UsageError, match="C4_SPM_MODEL"):
-        resolved.build()
+        _first_batch_of(host)
     model = tmp_path / "spm.model"
     model.write_bytes(b"")
-    resolved = config.resolve(host, "C4Spmd1BAdam4Replicas", None,
-                              [f"C4_SPM_MODEL='{model}'", f"C4_DATA_DIR='{tmp_path}'"])
+    with pytest.raises(UsageError, match="C4_DATA_DIR: no such folder"):
+        _first_batch_of(host, f"C4_SPM_MODEL='{model}'", "C4_DATA_DIR='/nonexistent/c4'")
     with pytest.raises(UsageError, match=r"has no c4-train\.\*\.json\* files"):
-        resolved.build()
+        _first_batch_of(host, f"C4_SPM_MODEL='{model}'", f"C4_DATA_DIR='{tmp_path}'")

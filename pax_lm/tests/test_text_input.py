@@ -223,14 +223,21 @@ def test_configured_with_fiddle(jsonl):
 ])
 def test_mistakes_are_usage_errors(jsonl, fields, message):
     with pytest.raises(UsageError, match=message):
-        make(jsonl, **fields)
+        make(jsonl, **fields).peek()
 
 
 def test_one_document_cannot_be_split(tmp_path):
     path = tmp_path / "one.txt"
     path.write_text("a single document " * 100)
     with pytest.raises(UsageError, match=f"{path} has 1 document"):
-        make(str(path))
+        make(str(path)).peek()
+
+
+def test_data_is_read_on_first_use_only(tmp_path):
+    data = make(str(tmp_path / "not_there_yet.txt"), split="train")
+    assert data.abstract_batch()["ids"].shape == (4, 64)
+    with pytest.raises(UsageError, match="no such file or folder"):
+        data.peek()
 
 
 def test_default_corpus_is_real_text():

@@ -36,7 +36,7 @@ class C4Input(TextInput):
         if self.c4_split not in C4_SPLITS:
             raise UsageError(f"c4_split must be one of {', '.join(C4_SPLITS)}, "
                              f"got {self.c4_split!r}")
-        self.tokenizer = SentencePieceTokenizer(self._spm_model())
+        self.tokenizer = SentencePieceTokenizer(self.spm_model or "")
         super().__post_init__()
 
     def _spm_model(self) -> str:
@@ -49,6 +49,10 @@ class C4Input(TextInput):
 
     def _source(self) -> str:
         return f"C4 {self.c4_split} in {self.data_dir}"
+
+    def _load(self):
+        self._spm_model()
+        return super()._load()
 
     def _documents(self) -> list[str]:
         if self.data_dir is None:

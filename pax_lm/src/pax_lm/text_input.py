@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain
+import jax
 import numpy as np
 
 from pax_core.errors import UsageError
@@ -75,23 +76,46 @@ class TextInput(Input):
     def __post_init__(self):
         super().__post_init__()
         self._check_fields()
+        self._loaded: tuple[dict[str, np.ndarray], int] | None = None
+        self._iterator = None
+
+    def _data(self) -> tuple[dict[str, np.ndarray], int]:
+        """The tokenized rows and how many hold text, made on first use: building the config
+        reads no data, so an experiment can be planned or printed without it."""
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded
+
+    @property
+    def _rows(self) -> dict[str, np.ndarray]:
+        return self._data()[0]
+
+    @property
+    def num_rows(self) -> int:
+        """Rows of text (padding rows aside)."""
+        return self._data()[1]
+
+    def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
+        shape = (self.local_batch_size, self.seq_len)
+        return {k: jax.ShapeDtypeStruct(shape, np.float32 if k == "weights" else np.int32)
+                for k in ("ids", "labels", "segment_ids", "segment_pos", "weights")}
+
+    def _load(self) -> tuple[dict[str, np.ndarray], int]:
         documents = self._documents()
         if self.eval_fraction > 0:
             documents = split_documents(documents, self.split, self.eval_fraction,
                                         self._source())
-        self._rows = _make_rows(self.tokenizer.encode_batch(documents), self.tokenizer,
-                                self.seq_len, self.packing)
-        self.num_rows = len(self._rows["ids"])
-        if self.num_rows < self.batch_size:
+        rows = _make_rows(self.tokenizer.encode_batch(documents), self.tokenizer,
+                          self.seq_len, self.packing)
+        text_rows = len(rows["ids"])
+        if text_rows < self.batch_size:
             raise UsageError(
                 f"input '{self.name}': the {self.split} split of {self._source()} makes "
-                f"{self.num_rows} rows of {self.seq_len} tokens, fewer than batch_size "
+                f"{text_rows} rows of {self.seq_len} tokens, fewer than batch_size "
                 f"{self.batch_size}; lower batch_size or seq_len"
                 + (", raise eval_fraction" if self.split == "eval" else "")
                 + " or give more text")
-        if not self._repeats:
-            self._pad_to_whole_batches()
-        self._iterator = None
+        return (rows if self._repeats else self._padded_to_whole_batches(rows)), text_rows
 
     def _check_fields(self) -> None:
         where = f"input '{self.name}'"
@@ -126,11 +150,11 @@ class TextInput(Input):
     def _repeats(self) -> bool:
         return self.is_training if self.repeat is None else self.repeat
 
-    def _pad_to_whole_batches(self) -> None:
-        missing = -self.num_rows % self.batch_size
+    def _padded_to_whole_batches(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        missing = -len(rows["ids"]) % self.batch_size
         fill = {"ids": self.tokenizer.pad_id, "labels": self.tokenizer.pad_id}
-        self._rows = {k: np.pad(v, ((0, missing), (0, 0)), constant_values=fill.get(k, 0))
-                      for k, v in self._rows.items()}
+        return {k: np.pad(v, ((0, missing), (0, 0)), constant_values=fill.get(k, 0))
+                for k, v in rows.items()}
 
     def shard(self, process_index: int, process_count: int) -> None:
         super().shard(process_index, process_count)
