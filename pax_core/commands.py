@@ -10,6 +10,7 @@ from __future__ import annotations
 import jax
 
 from pax_core import config
+from pax_core.distributed import DistributedOptions, check_same_software
 from pax_core.errors import RunError, UsageError
 from pax_core.evaluation import Evaluator
 from pax_core.events import RunInfo, notify
@@ -30,18 +31,23 @@ def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
 
 
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
-             job_dir: JobDir, platform: str | None) -> Run:
+             job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None
+             ) -> Run:
     resolved = config.resolve(host, exp, plugin, set_items)
     job_dir.check_same_experiment(resolved.name)
-    devices = start_runtime(host, platform)
+    devices = start_runtime(host, platform, distributed)
+    check_same_software(host)
     return build_run(host, resolved, devices)
 
 
 def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
-          platform: str | None = None) -> str:
-    """Train (or resume) ``exp`` in ``job_dir``; returns the final status."""
+          platform: str | None = None, distributed: DistributedOptions | None = None) -> str:
+    """Train (or resume) ``exp`` in ``job_dir``; returns the final status.
+
+    Every process of a multi-process run calls this; only process 0 writes the record and logs.
+    """
     jd = JobDir(job_dir)
-    run = _prepare(host, exp, plugin, set_items, jd, platform)
+    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
     jd.create()
     primary = jax.process_index() == 0
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
@@ -71,7 +77,8 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
 
 
 def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
-                   set_items: list[str], job_dir: str, platform: str | None = None
+                   set_items: list[str], job_dir: str, platform: str | None = None,
+                   distributed: DistributedOptions | None = None
                    ) -> tuple[Run, TrainState, int]:
     """The run and the latest train state of a job, for commands that use a trained model
     (``pax eval``, a modality's ``pax decode``).
@@ -86,7 +93,7 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
         if last is None:
             raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
         exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
-    run = _prepare(host, exp, plugin, set_items, jd, platform)
+    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
         state, step = restore_or_init(host, run, checkpointer)
@@ -96,10 +103,13 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
 
 
 def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
-             job_dir: str, platform: str | None = None) -> tuple[int, dict[str, dict[str, float]]]:
+             job_dir: str, platform: str | None = None,
+             distributed: DistributedOptions | None = None
+             ) -> tuple[int, dict[str, dict[str, float]]]:
     """Evaluate the latest checkpoint in ``job_dir``; returns (step, metrics per dataset)."""
     run, state, step = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items,
-                                      job_dir=job_dir, platform=platform)
+                                      job_dir=job_dir, platform=platform,
+                                      distributed=distributed)
     if not run.eval_inputs:
         raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
     return step, Evaluator(run, host).evaluate(state.params)

@@ -15,7 +15,8 @@ class Experiment:
     """Base of every experiment.
 
     ``ICI_MESH_SHAPE`` / ``DCN_MESH_SHAPE`` / ``MESH_AXIS_NAMES`` declare the device mesh (Pax's
-    conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER``,
+    conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER`` names
+    the partitioner (None: ``spmd`` when a mesh is declared, else ``data_parallel``, as in Pax);
     ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``LOGICAL_AXIS_RULES`` maps the
     model's logical axis names to mesh axes for the SPMD partitioner (None: Pax's canonical
     sharding, ``pax_core.spmd.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
@@ -26,7 +27,7 @@ class Experiment:
     DCN_MESH_SHAPE: list[int] | None = None
     MESH_AXIS_NAMES: tuple[str, ...] = ("replica", "data", "mdl")
     LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] | None = None
-    PARTITIONER: str = "data_parallel"
+    PARTITIONER: str | None = None
     CHECKPOINTER: str = "orbax"
     LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")
     REQUIRED_PLUGINS: tuple[str, ...] = ()

@@ -55,6 +55,13 @@ def start_runtime(host: PluginHost, platform: str | None,
     return devices
 
 
+def partitioner_name(experiment: Any) -> str:
+    """The experiment's partitioner: its own choice, else Pax's (SPMD for a declared mesh)."""
+    if experiment.PARTITIONER:
+        return experiment.PARTITIONER
+    return "spmd" if experiment.ICI_MESH_SHAPE is not None else "data_parallel"
+
+
 def component(host: PluginHost, kind: str, name: str, constant: str) -> Registered:
     """The registered component an experiment constant names."""
     try:
@@ -136,7 +143,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
     """
     job = resolved.build()
     exp = resolved.experiment
-    partitioner = component(host, "partitioners", exp.PARTITIONER, "PARTITIONER").build()
+    partitioner = component(host, "partitioners", partitioner_name(exp), "PARTITIONER").build()
     checkpointer = component(host, "checkpointers", exp.CHECKPOINTER, "CHECKPOINTER")
     loggers = [component(host, "loggers", name, "LOGGERS") for name in exp.LOGGERS]
     partitioner.setup(exp, devices)

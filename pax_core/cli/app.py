@@ -29,6 +29,17 @@ PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", metavar="PLATFORM",
     help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX finds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+AddressOpt = Annotated[str | None, typer.Option(
+    "--coordinator-address", metavar="HOST:PORT",
+    help="Multi-process run: process 0's host and a free port, the same on every process. "
+    "Same as PAX_COORDINATOR_ADDRESS.")]
+NumProcessesOpt = Annotated[str | None, typer.Option(
+    "--num-processes", metavar="N",
+    help="Multi-process run: how many processes (1: one, whatever the environment says). "
+    "Same as PAX_NUM_PROCESSES.")]
+ProcessIdOpt = Annotated[str | None, typer.Option(
+    "--process-id", metavar="I",
+    help="Multi-process run: this process's index, 0 to N-1. Same as PAX_PROCESS_ID.")]
 
 
 def _host(ctx: typer.Context) -> PluginHost:
@@ -75,12 +86,16 @@ def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
 
 
 def train_command(ctx: typer.Context, exp: ExpOpt, job_dir: JobDirOpt, plugin: PluginOpt = None,
-                  set_items: SetOpt = None, platform: PlatformOpt = None) -> None:
+                  set_items: SetOpt = None, platform: PlatformOpt = None,
+                  coordinator_address: AddressOpt = None, num_processes: NumProcessesOpt = None,
+                  process_id: ProcessIdOpt = None) -> None:
     """Train an experiment, or resume it from the latest checkpoint in --job-dir."""
     from pax_core import commands
+    from pax_core.distributed import DistributedOptions
 
+    distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items or [],
-                   job_dir=job_dir, platform=platform)
+                   job_dir=job_dir, platform=platform, distributed=distributed)
 
 
 def eval_command(
@@ -93,21 +108,80 @@ def eval_command(
     set_items: SetOpt = None,
     platform: PlatformOpt = None,
     as_json: JsonOpt = False,
+    coordinator_address: AddressOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
 ) -> None:
     """Evaluate the latest checkpoint of a job on the experiment's eval datasets."""
     import json
 
+    import jax
+
     from pax_core import commands
+    from pax_core.distributed import DistributedOptions
     from pax_core.loggers.console import format_line
 
+    distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
                                       set_items=set_items or [], job_dir=job_dir,
-                                      platform=platform)
+                                      platform=platform, distributed=distributed)
+    if jax.process_index() != 0:  # every process has the same results: print them once
+        return
     if as_json:
         typer.echo(json.dumps({"step": step, "eval": results}, indent=1))
         return
     for name, metrics in results.items():
         typer.echo(format_line(step, f"eval/{name}", metrics))
+
+
+def plan_command(
+    ctx: typer.Context,
+    exp: ExpOpt,
+    plugin: PluginOpt = None,
+    set_items: SetOpt = None,
+    hbm_gib: Annotated[float, typer.Option(
+        "--hbm-gib", metavar="GIB", help="Memory of one device, to say whether it fits.")] = 32.0,
+    devices: Annotated[int, typer.Option(
+        "--devices", metavar="N",
+        help="Devices for an experiment that declares no mesh (Pax's data-parallel path).")] = 8,
+    as_json: JsonOpt = False,
+) -> None:
+    """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
+    parameters, FLOPs and per-device memory."""
+    from pax_core import plan as planning
+    from pax_core.cli import listing
+
+    host = _host(ctx)
+    planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
+                                                      devices))
+    result = planning.plan(host, exp=exp, plugin=plugin, set_items=set_items or [],
+                           hbm_gib=hbm_gib)
+    listing.show_plan(result, as_json)
+
+
+def launch_command(
+    processes: Annotated[str, typer.Option(
+        "--processes", "-n", metavar="N", help="How many processes to start.")],
+    command: Annotated[list[str] | None, typer.Argument(
+        metavar="COMMAND", help="After --, what every process runs: pax train ...",
+        show_default=False)] = None,
+    cpu_devices: Annotated[str | None, typer.Option(
+        "--cpu-devices", metavar="M",
+        help="Run on the CPU with M devices per process (JAX_PLATFORMS=cpu and XLA's "
+        "host device count).")] = None,
+) -> None:
+    """Run one command as N processes of a multi-process run on this machine.
+
+    For development and tests: each process gets the coordinator address (127.0.0.1 and a free
+    port), the process count and its index, and its output is prefixed with [p<i>]. When one
+    fails, the others are stopped; the exit code is the first failure's.
+    """
+    from pax_core import launch
+    from pax_core.distributed import parse_count
+
+    count = parse_count(processes, "--processes", 1)
+    devices = parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None else None
+    raise typer.Exit(launch.launch(command or [], count, devices))
 
 
 def _plugin_command(app: typer.Typer, host: PluginHost, name: str, help_text: str,
@@ -145,7 +219,10 @@ def build_app(host: PluginHost) -> typer.Typer:
     app.command("config")(config_command)
     app.command("train")(train_command)
     app.command("eval")(eval_command)
-    builtin = {"plugins", "experiments", "config", "train", "eval"}
+    app.command("plan")(plan_command)
+    # Everything after the first word of COMMAND is the command's own, options included.
+    app.command("launch", context_settings={"allow_interspersed_args": False})(launch_command)
+    builtin = {"plugins", "experiments", "config", "train", "eval", "plan", "launch"}
     commands = host.components("commands")
     conflicts = commands.conflicts()
     for entry in commands:

@@ -67,3 +67,37 @@ def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> Non
         table.add_row(*(escape(v) for v in (e.name, e.plugin, e.component.target,
                                               e.component.help)))
     Console().print(table)
+
+
+def _tera(flops: float | None) -> str:
+    return "-" if flops is None else f"{flops / 1e12:,.1f}"
+
+
+def show_plan(result, as_json: bool) -> None:
+    """One experiment's ``pax plan``: sizes, FLOPs and per-device memory."""
+    if as_json:
+        print(json.dumps(result.as_json(), indent=1))
+        return
+    mesh = " x ".join(f"{axis} {size}" for axis, size in result.mesh.items())
+    table = Table(title=f"pax plan: {escape(result.experiment)}", show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    rows = [
+        ("devices (mesh)", f"{result.devices} ({mesh})"),
+        ("parameters", f"{result.params:,}"),
+        ("tokens per step", "-" if result.tokens_per_step is None
+         else f"{result.tokens_per_step:,}"),
+        ("model TFLOP per step (analytic)", _tera(result.model_flops_per_step)),
+        ("model FLOP per token (analytic)", "-" if result.model_flops_per_token is None
+         else f"{result.model_flops_per_token:,.0f}"),
+        ("XLA TFLOP per step (cost analysis; a scanned layer counts once)",
+         _tera(result.xla_flops_per_step)),
+        ("GiB per device: parameters", f"{result.params_gib:.2f}"),
+        ("GiB per device: optimizer state", f"{result.opt_state_gib:.2f}"),
+        ("GiB per device: temporaries (compiled)", f"{result.temporaries_gib:.2f}"),
+        ("GiB per device: total", f"{result.total_gib:.2f}"),
+        (f"fits {result.hbm_gib:g} GiB per device", "yes" if result.fits else "NO"),
+    ]
+    for what, value in rows:
+        table.add_row(what, value)
+    Console().print(table)

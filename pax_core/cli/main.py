@@ -4,15 +4,18 @@ This module imports only typer and the plugin host: ``pax --help`` and ``pax plu
 start JAX. Commands import the training machinery when they run.
 
 Exit codes: 0 success; 2 a usage or configuration mistake (one line on stderr, nothing written);
-1 a failure during a run.
+1 a failure during a run. A process of a multi-process run that fails does not wait long for the
+others to finish (``pax_core.distributed``).
 """
 
 from __future__ import annotations
 
 import sys
+import traceback
 
 import typer
 
+from pax_core import distributed
 from pax_core.cli import app as app_module
 from pax_core.errors import PaxError
 from pax_core.plugins import PluginHost, PluginSelection
@@ -61,7 +64,10 @@ def main(argv: list[str] | None = None) -> None:
         app(args=argv, prog_name="pax", obj=host)
     except PaxError as e:
         typer.echo(f"pax: error: {e}", err=True)
-        sys.exit(e.exit_code)
+        distributed.exit_after_failure(e.exit_code)
+    except Exception:
+        traceback.print_exc()
+        distributed.exit_after_failure(1)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,10 @@
 An input yields *this process's* share of each global batch as a dict of numpy arrays, and can
 report and restore its position as JSON-able state, which is saved inside every checkpoint so that
 a resumed run continues with the next batch instead of repeating data.
+
+Global batch ``i`` must be the same rows whatever the number of processes, process ``p`` serving
+rows ``[p * local_batch_size, (p + 1) * local_batch_size)`` of it: then N processes train
+exactly as one process with the same devices would.
 """
 
 from __future__ import annotations
@@ -51,6 +55,13 @@ class Input(abc.ABC):
     def local_batch_size(self) -> int:
         return self.batch_size // self.process_count
 
+    def local_rows(self, index: int) -> list[np.random.Generator]:
+        """A random generator for each of this process's rows of global batch ``index``, seeded
+        by (seed, index, row) only: for inputs that draw their examples at random."""
+        first = self.process_index * self.local_batch_size
+        return [np.random.default_rng([self.seed, index, row])
+                for row in range(first, first + self.local_batch_size)]
+
     @abc.abstractmethod
     def get_next(self) -> dict[str, np.ndarray]:
         """The next local batch; raises ``StopIteration`` when a finite input is exhausted."""
@@ -70,6 +81,13 @@ class Input(abc.ABC):
     def initial_state(self) -> dict[str, Any]:
         """The state of a fresh input."""
         return {"index": 0}
+
+    def abstract_batch(self) -> dict[str, Any]:
+        """Shapes and dtypes of a local batch (``jax.ShapeDtypeStruct``); inputs whose data is
+        costly or may be absent (planning a run) override this to answer without reading."""
+        import jax
+
+        return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.peek().items()}
 
     def peek(self) -> dict[str, np.ndarray]:
         """The next batch without consuming it (used to learn the batch's shapes)."""

@@ -2,8 +2,9 @@
 
 Two kinds: ``tokens`` (random ids in Pax's LM field names, as Pax's synthetic LM data) and
 ``features`` (Gaussian features labelled by a fixed random linear teacher, so a classifier has
-something real to learn). Batch ``i`` depends only on (seed, i, process), so the position is a
-single integer and resuming is exact.
+something real to learn). Row ``r`` of global batch ``i`` depends only on (seed, i, r): a
+process draws only its own rows, the global batch is the same whatever the number of processes,
+the position is a single integer and resuming is exact.
 """
 
 from __future__ import annotations
@@ -36,13 +37,14 @@ class SyntheticInput(Input):
         self._teacher = teacher.standard_normal((self.feature_dim, self.num_classes))
 
     def get_next(self) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, self.index, self.process_index])
+        rows = self.local_rows(self.index)
         self.index += 1
-        n = self.local_batch_size
+        n = len(rows)
         if self.kind == "features":
-            x = rng.standard_normal((n, self.feature_dim)).astype(np.float32)
+            x = np.stack([r.standard_normal(self.feature_dim) for r in rows]).astype(np.float32)
             return {"features": x, "labels": np.argmax(x @ self._teacher, -1).astype(np.int32)}
-        ids = rng.integers(0, self.vocab_size, (n, self.seq_len + 1), dtype=np.int32)
+        ids = np.stack([r.integers(0, self.vocab_size, self.seq_len + 1, dtype=np.int32)
+                        for r in rows])
         ones = np.ones((n, self.seq_len), np.float32)
         return {
             "ids": ids[:, :-1],

@@ -45,7 +45,7 @@ def expected_params(d) -> int:
     return total
 
 
-def _decoder_fields(exp) -> dict:
+def decoder_fields(exp) -> dict:
     return fdl.ordered_arguments(exp.decoder(), include_defaults=True)
 
 
@@ -63,7 +63,7 @@ def test_experiment_builds_with_the_expected_parameter_count(host, ref):
     shapes = jax.eval_shape(lambda: decoder.init(jax.random.PRNGKey(0),
                                                  jnp.zeros((1, 8), jnp.int32)))
     counted = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
-    assert counted == expected_params(_decoder_fields(exp))
+    assert counted == expected_params(decoder_fields(exp))
     assert exp.global_batch_size() >= 1
 
 
@@ -73,7 +73,7 @@ def test_experiment_builds_with_the_expected_parameter_count(host, ref):
 def test_sizes_match_the_names(host, name):
     exp = host.components("experiments").get(name).load()()
     billions = int(re.search(r"(\d+)B", name).group(1))
-    assert expected_params(_decoder_fields(exp)) / 1e9 == pytest.approx(billions, rel=0.15)
+    assert expected_params(decoder_fields(exp)) / 1e9 == pytest.approx(billions, rel=0.15)
 
 
 @pytest.mark.parametrize(

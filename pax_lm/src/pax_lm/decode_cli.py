@@ -43,6 +43,10 @@ def decode(
     prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
     tokens = generate(decoder, state.params["decoder"], prompt_ids, settings,
                       eos_id=tokenizer.eos_id)
+    import jax
+
+    if jax.process_index() != 0:  # every process decodes the same tokens: print them once
+        return
     typer.echo(f"[step {step}] {prompt}{tokenizer.decode(tokens)}")
     if len(prompt_ids) + len(tokens) >= decoder.max_seq_len:
         typer.echo(f"(stopped at the model's maximum length, {decoder.max_seq_len} tokens)",

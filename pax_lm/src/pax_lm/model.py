@@ -21,6 +21,13 @@ class LanguageModel(nn.Module):
 
     decoder: Any
 
+    @nn.nowrap
+    def flops_per_token(self, seq_len: int) -> float:
+        """Training FLOPs per token of the decoder (``pax_transformer.model``'s formula)."""
+        from pax_transformer.model import train_flops_per_token
+
+        return train_flops_per_token(self.decoder, seq_len)
+
     def __call__(self, batch: dict[str, Any], train: bool = False) -> ModelOutput:
         logits = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),
                               positions=batch.get("segment_pos"), train=train)

@@ -101,6 +101,19 @@ class TransformerLmExperiment(Experiment):
                              f"{self.num_devices()} devices is not a whole batch")
         return int(batch)
 
+    def model_vocab_size(self) -> int:
+        """``VOCAB_SIZE``, rounded up when the ``mdl`` mesh axis would not split it evenly (JAX
+        shards only evenly): to a multiple of lcm(128, mdl), as MaxText pads its vocabulary.
+        Labels never reach the padding rows."""
+        if self.ICI_MESH_SHAPE is None or "mdl" not in self.MESH_AXIS_NAMES:
+            return self.VOCAB_SIZE
+        axis = list(self.MESH_AXIS_NAMES).index("mdl")
+        mdl = self.ICI_MESH_SHAPE[axis] * (self.DCN_MESH_SHAPE or [1] * 8)[axis]
+        if self.VOCAB_SIZE % mdl == 0:
+            return self.VOCAB_SIZE
+        multiple = math.lcm(128, mdl)
+        return -(-self.VOCAB_SIZE // multiple) * multiple
+
     def position(self) -> str:
         if self.TRAINABLE_POSITION_EMB:
             return "learned"
@@ -110,7 +123,7 @@ class TransformerLmExperiment(Experiment):
         learned = self.TRAINABLE_POSITION_EMB
         return fdl.Config(
             TransformerLm,
-            vocab_size=self.VOCAB_SIZE,
+            vocab_size=self.model_vocab_size(),
             num_layers=self.NUM_LAYERS,
             model_dims=self.MODEL_DIMS,
             hidden_dims=self.HIDDEN_DIMS or 4 * self.MODEL_DIMS,

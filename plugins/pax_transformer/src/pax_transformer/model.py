@@ -36,6 +36,7 @@ cached) and, per layer, ``attention/cached_key`` and ``attention/cached_value`` 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -281,3 +282,27 @@ def count_params(**fields: Any) -> int:
     if not m.tied_embedding:
         total += (d + bias) * vocab
     return total
+
+
+FLOPS_FORMULA_VERSION = 1
+
+
+def train_flops_per_token(model: TransformerLm, seq_len: int) -> float:
+    """Training FLOPs (forward and backward) per token, formula version 1.
+
+    ``6 x W + 12 x num_layers x num_heads x dim_per_head x seq_len``: W counts the weights a token
+    multiplies (every weight except the input-embedding table and learned positions, which are
+    looked up, plus the output projection, which a tied model takes from the embedding table);
+    the second term is attention's scores and weighted values (PaLM's convention: full attention,
+    the causal mask's saving is not discounted, and remat's recomputation is not counted).
+    """
+    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
+              if f.name not in ("parent", "name")}
+    d, vocab = model.model_dims, model.vocab_size
+    weights = count_params(**fields) - vocab * d
+    if model.position == "learned":
+        weights -= model.max_seq_len * d
+    if model.tied_embedding:
+        weights += vocab * d
+    attention = 12 * model.num_layers * model.num_heads * model.head_dims * seq_len
+    return float(6 * weights + attention)

@@ -12,7 +12,11 @@ from pax_core.inputs.base import Input
 
 @dataclasses.dataclass
 class CountingInput(Input):
-    """Rows ``s, s+k, s+2k, ... (mod vocab_size)`` with random start ``s`` and stride ``k``."""
+    """Rows ``s, s+k, s+2k, ... (mod vocab_size)`` with random start ``s`` and stride ``k``.
+
+    Each row is drawn from (seed, batch index, row), so a process makes only its own rows and the
+    global batch does not depend on the number of processes.
+    """
 
     seq_len: int = 16
     vocab_size: int = 32
@@ -23,11 +27,11 @@ class CountingInput(Input):
         self.index = 0
 
     def get_next(self) -> dict[str, np.ndarray]:
-        rng = np.random.default_rng([self.seed, self.index, self.process_index])
+        rows = self.local_rows(self.index)
         self.index += 1
-        n = self.local_batch_size
-        start = rng.integers(0, self.vocab_size, (n, 1))
-        stride = rng.integers(1, self.max_stride + 1, (n, 1))
+        n = len(rows)
+        start = np.array([[r.integers(0, self.vocab_size)] for r in rows])
+        stride = np.array([[r.integers(1, self.max_stride + 1)] for r in rows])
         ids = ((start + stride * np.arange(self.seq_len + 1)) % self.vocab_size).astype(np.int32)
         return {"ids": ids[:, :-1], "labels": ids[:, 1:],
                 "weights": np.ones((n, self.seq_len), np.float32)}

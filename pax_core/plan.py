@@ -1,0 +1,134 @@
+"""``pax plan``: what a full-size experiment needs, found by compiling it on fake devices.
+
+The experiment is built on as many fake CPU devices as its mesh declares, with abstract shapes
+only (no parameter is allocated and no data is read); its train step is lowered and compiled by
+XLA's SPMD partitioner exactly as for a real run. The report puts the model's own analytic
+FLOPs next to XLA's cost analysis, and the per-device memory of parameters, optimizer state and
+temporaries (from the compiled program) next to a device's memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+
+from pax_core import config, lookup, overrides
+from pax_core.errors import UsageError
+from pax_core.plugins import PluginHost
+from pax_core.runner import Run, build_run
+from pax_core.state import count_params
+from pax_core.steps import make_train_step
+
+GIB = 1024**3
+
+
+@dataclasses.dataclass
+class Plan:
+    experiment: str
+    devices: int
+    mesh: dict[str, int]
+    params: int
+    tokens_per_step: int | None
+    model_flops_per_token: float | None
+    model_flops_per_step: float | None
+    xla_flops_per_step: float | None
+    params_gib: float
+    opt_state_gib: float
+    temporaries_gib: float
+    total_gib: float
+    hbm_gib: float
+
+    @property
+    def fits(self) -> bool:
+        return self.total_gib <= self.hbm_gib
+
+    def as_json(self) -> dict[str, Any]:
+        return {**dataclasses.asdict(self), "fits": self.fits}
+
+
+def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+                   default: int) -> int:
+    """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
+    data-parallel path uses every device), read from its constants before JAX starts."""
+    _, cls = lookup.resolve(host.components("experiments"), exp, plugin)
+    parsed = overrides.parse(set_items)
+    cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+    if cls.ICI_MESH_SHAPE is None:
+        return default
+    return math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1])
+
+
+def use_fake_devices(count: int) -> None:
+    """Give JAX ``count`` CPU devices; only possible before its backend has started."""
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", count)
+
+
+def _gib_per_device(abstract: Any) -> float:
+    total = 0
+    for leaf in jax.tree.leaves(abstract):
+        shard = leaf.sharding.shard_shape(leaf.shape)
+        total += math.prod(shard) * leaf.dtype.itemsize
+    return total / GIB
+
+
+def _xla_flops(compiled: Any, devices: int) -> float | None:
+    analysis = compiled.cost_analysis()
+    if isinstance(analysis, list):
+        analysis = analysis[0] if analysis else None
+    if not analysis or "flops" not in analysis:
+        return None
+    return float(analysis["flops"]) * devices
+
+
+def _compile(run: Run) -> Any:
+    partitioner, learner = run.partitioner, run.task.train.learner
+    step = partitioner.compile_step(
+        make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
+                        learner.num_microbatches, partitioner.reduction),
+        run.state_shardings, run.batch_shardings(run.batch_spec),
+        (run.state_shardings, partitioner.replicated), donate_state=True)
+    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
+             for (k, v), s in zip(run.batch_spec.items(),
+                                  run.batch_shardings(run.batch_spec).values(), strict=True)}
+    return step.lower(run.abstract_state, batch).compile()
+
+
+def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str],
+         hbm_gib: float = 32.0) -> Plan:
+    """Build and compile ``exp`` over the devices its mesh declares (all devices when it
+    declares none) and report its needs."""
+    devices = jax.devices()
+    num_devices = devices_needed(host, exp, plugin, set_items, len(devices))
+    if len(devices) < num_devices:
+        raise UsageError(f"planning needs {num_devices} devices and JAX has {len(devices)}; "
+                         f"run pax plan in a fresh process")
+    resolved = config.resolve(host, exp, plugin, set_items)
+    run = build_run(host, resolved, devices[:num_devices], read_data=False)
+    compiled = _compile(run)
+    memory = compiled.memory_analysis()
+    params_gib = _gib_per_device(run.abstract_state.params)
+    opt_gib = _gib_per_device(run.abstract_state.opt_state)
+    temp_gib = memory.temp_size_in_bytes / GIB if memory is not None else 0.0
+    ids = run.batch_spec.get("ids")
+    tokens = math.prod(ids.shape) if ids is not None else None
+    per_token = getattr(run.task.model, "flops_per_token", None)
+    model_per_token = per_token(ids.shape[1]) if per_token and ids is not None else None
+    return Plan(
+        experiment=resolved.name,
+        devices=num_devices,
+        mesh=dict(run.partitioner.mesh.shape),
+        params=count_params(run.abstract_state.params),
+        tokens_per_step=tokens,
+        model_flops_per_token=model_per_token,
+        model_flops_per_step=model_per_token * tokens if model_per_token else None,
+        xla_flops_per_step=_xla_flops(compiled, num_devices),
+        params_gib=params_gib,
+        opt_state_gib=opt_gib,
+        temporaries_gib=temp_gib,
+        total_gib=params_gib + opt_gib + temp_gib,
+        hbm_gib=hbm_gib,
+    )

@@ -1,0 +1,106 @@
+"""`pax plan` compiles every registered LM experiment that fits 512 devices, on fake devices.
+
+Each group runs in a fresh process with 512 fake CPU devices (the test process has 8), planning
+its experiments one after another; nothing is allocated, no data is read.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+from test_catalogue import decoder_fields, expected_params
+
+from pax_lm.catalogue import EXPERIMENTS
+from pax_lm.experiments.base import PipelinedExperiment
+
+MAX_DEVICES = 512
+GROUP = 4
+
+PLAN_SCRIPT = """
+import json, sys
+from pax_core import plan
+from pax_core.plugins import PluginHost
+plan.use_fake_devices(int(sys.argv[1]))
+host = PluginHost()
+for name in sys.argv[2:]:
+    print("PLAN", json.dumps(plan.plan(host, exp=name, plugin="lm", set_items=[]).as_json()),
+          flush=True)
+"""
+
+
+def _load(ref):
+    module, _, name = ref.target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def _plannable() -> list[tuple[int, str]]:
+    """(devices to plan on, name): a declared mesh's size, or 8 devices for Pax's
+    data-parallel path; pipelined experiments and meshes over 512 devices are left out."""
+    out = []
+    for ref in EXPERIMENTS:
+        cls = _load(ref)
+        if issubclass(cls, PipelinedExperiment):
+            continue
+        size = 8
+        if cls.ICI_MESH_SHAPE is not None:
+            size = math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1])
+        if size <= MAX_DEVICES:
+            out.append((MAX_DEVICES if cls.ICI_MESH_SHAPE is not None else 8, ref.name))
+    return out
+
+
+PLANNABLE = _plannable()
+GROUPS = [
+    (devices, group[i:i + GROUP])
+    for devices in (8, MAX_DEVICES)
+    for group in [[n for d, n in PLANNABLE if d == devices]]
+    for i in range(0, len(group), GROUP)
+]
+
+
+@pytest.mark.parametrize(("devices", "names"), GROUPS, ids=[g[1][0] for g in GROUPS])
+def test_experiments_compile_on_their_mesh(devices, names):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    result = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(devices), *names],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    plans = [json.loads(line[len("PLAN "):]) for line in result.stdout.splitlines()
+             if line.startswith("PLAN ")]
+    assert [p["experiment"] for p in plans] == [f"lm/{n}" for n in names]
+    for name, p in zip(names, plans, strict=True):
+        exp = _load(next(e for e in EXPERIMENTS if e.name == name))()
+        assert p["params"] == expected_params(decoder_fields(exp)), name
+        assert p["devices"] == math.prod(p["mesh"].values())
+        assert p["model_flops_per_step"] > 0 and p["xla_flops_per_step"] > 0
+        assert 0 < p["params_gib"] < p["total_gib"]
+
+
+def test_plannable_experiments_cover_the_catalogue():
+    assert len(PLANNABLE) >= 30
+    assert {"LmCloudSpmd2B", "C4Spmd16BAdam32Replicas", "LmCloudSpmd256B",
+            "C4Spmd22BAdam2xv4_128", "QuickStartLm"} <= {name for _, name in PLANNABLE}
+
+
+def test_pax_plan_command_reports_and_judges_the_fit():
+    pax = os.path.join(os.path.dirname(sys.executable), "pax")
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    result = subprocess.run([pax, "plan", "--plugin", "lm", "--exp", "LmCloudSpmd2B", "--json",
+                             "--hbm-gib", "16"], capture_output=True, text=True, timeout=120,
+                            env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["devices"] == 4 and report["mesh"] == {"replica": 1, "data": 4, "mdl": 1}
+    exp = _load(next(e for e in EXPERIMENTS if e.name == "LmCloudSpmd2B"))()
+    assert report["params"] == expected_params(decoder_fields(exp))
+    assert report["fits"] == (report["total_gib"] <= 16)
+    small = subprocess.run([pax, "plan", "--plugin", "lm", "--exp", "LmCloudSpmd2B",
+                            "--set", "ICI_MESH_SHAPE=[1,3,1]"], capture_output=True, text=True,
+                           timeout=120, env=env)
+    assert small.returncode == 0, small.stderr[-2000:]
+    assert "devices (mesh)" in small.stdout and "3 (replica 1 x data 3 x mdl 1)" in small.stdout
