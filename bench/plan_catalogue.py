@@ -1,0 +1,81 @@
+"""`pax plan` over the LM catalogue: parameters, per-device memory and fit, as a table.
+
+Every registered pax-lm experiment whose mesh has at most 512 devices is compiled on fake CPU
+devices (512 in one process; Pax's data-parallel experiments on 8). Writes
+``bench/results/plan_catalogue.{json,md}``.
+
+    python bench/plan_catalogue.py [--hbm-gib 32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+SCRIPT = """
+import json, sys
+from pax_core import plan
+from pax_core.plugins import PluginHost
+plan.use_fake_devices(int(sys.argv[1]))
+host = PluginHost()
+for name in sys.argv[3:]:
+    try:
+        result = plan.plan(host, exp=name, plugin="lm", set_items=[], hbm_gib=float(sys.argv[2]))
+        print("PLAN", json.dumps(result.as_json()), flush=True)
+    except Exception as e:
+        print("PLAN", json.dumps({"experiment": name, "error": str(e)}), flush=True)
+"""
+
+
+def _groups() -> dict[int, list[str]]:
+    import importlib
+
+    from pax_lm.catalogue import EXPERIMENTS
+    from pax_lm.experiments.base import PipelinedExperiment
+
+    groups: dict[int, list[str]] = {8: [], 512: []}
+    for ref in EXPERIMENTS:
+        module, _, name = ref.target.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        if issubclass(cls, PipelinedExperiment):
+            continue
+        if cls.ICI_MESH_SHAPE is None:
+            groups[8].append(ref.name)
+        elif math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1]) <= 512:
+            groups[512].append(ref.name)
+    return groups
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hbm-gib", type=float, default=32.0)
+    args = parser.parse_args()
+    plans = []
+    for devices, names in _groups().items():
+        out = subprocess.run([sys.executable, "-c", SCRIPT, str(devices), str(args.hbm_gib),
+                              *names], capture_output=True, text=True, check=True).stdout
+        plans += [json.loads(line[5:]) for line in out.splitlines() if line.startswith("PLAN ")]
+    results = Path(__file__).parent / "results"
+    results.mkdir(exist_ok=True)
+    (results / "plan_catalogue.json").write_text(json.dumps(plans, indent=1))
+    lines = ["| experiment | devices | parameters | GiB/device (params + opt + temp) | "
+             f"fits {args.hbm_gib:g} GiB |", "|---|---|---|---|---|"]
+    for p in plans:
+        if "error" in p:
+            lines.append(f"| {p['experiment']} | - | - | {p['error']} | - |")
+            continue
+        lines.append(
+            f"| {p['experiment'].split('/')[-1]} | {p['devices']} | {p['params'] / 1e9:.2f}B | "
+            f"{p['total_gib']:.1f} ({p['params_gib']:.1f} + {p['opt_state_gib']:.1f} + "
+            f"{p['temporaries_gib']:.1f}) | {'yes' if p['fits'] else 'no'} |")
+    table = "\n".join(lines)
+    (results / "plan_catalogue.md").write_text(table + "\n")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
