@@ -54,13 +54,7 @@ class AxisReduction(Reduction):
         return jax.lax.psum(tree, self.axis)
 
     def gradients(self, tree: Any) -> Any:
-        def mean(grad):
-            if self.axis in getattr(jax.typeof(grad), "vma", ()):
-                return jax.lax.pmean(grad, self.axis)
-            # shard_map already summed the cotangent of a replicated input over the axis.
-            return grad / jax.lax.psum(1, self.axis)
-
-        return jax.tree.map(mean, tree)
+        return jax.lax.pmean(tree, self.axis)
 
 
 class Partitioner(abc.ABC):
@@ -190,8 +184,10 @@ class DataParallel(Partitioner):
 
     def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
                      out_shardings: Any, donate_state: bool = False) -> Callable:
-        per_shard = jax.shard_map(fn, mesh=self.mesh, in_specs=(PartitionSpec(),
-                                                                PartitionSpec("data")),
-                                  out_specs=PartitionSpec())
+        # Without JAX's varying-axes tracking, gradients stay per shard (as under pmap) and the
+        # step averages them itself; the tracking also rejects some of jax 0.12's primitives.
+        per_shard = jax.shard_map(fn, mesh=self.mesh,
+                                  in_specs=(PartitionSpec(), PartitionSpec("data")),
+                                  out_specs=PartitionSpec(), check_vma=False)
         return super().compile_step(per_shard, state_shardings, batch_shardings, out_shardings,
                                     donate_state)
