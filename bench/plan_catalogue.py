@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +44,7 @@ def _groups() -> dict[int, list[str]]:
             continue
         if cls.ICI_MESH_SHAPE is None:
             groups[8].append(ref.name)
-        elif math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1]) <= 512:
+        elif cls.mesh_size() <= 512:
             groups[512].append(ref.name)
     return groups
 

@@ -8,6 +8,7 @@ the knobs: ``--set NUM_LAYERS=4`` makes a subclass with the new value before ``t
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 
@@ -39,6 +40,13 @@ class Experiment:
     def datasets(self) -> list[Any]:
         """Return input configs; exactly one must have ``is_training=True``."""
         raise NotImplementedError(f"{type(self).__name__} must define datasets()")
+
+    @classmethod
+    def mesh_size(cls) -> int | None:
+        """Devices of the declared ICI x DCN mesh; None when no mesh is declared."""
+        if cls.ICI_MESH_SHAPE is None:
+            return None
+        return math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1])
 
     @classmethod
     def constants(cls) -> dict[str, Any]:

@@ -24,7 +24,6 @@ from pax_core.loggers import LoggerGroup
 from pax_core.plugins import PluginHost
 from pax_core.runner import Run
 from pax_core.state import TrainState, count_params
-from pax_core.steps import make_train_step
 
 
 @contextlib.contextmanager
@@ -51,13 +50,7 @@ class TrainLoop:
         self.host, self.pm = host, host.pm
         self.info = info
         self.settings = run.task.train
-        learner = self.settings.learner
-        partitioner = run.partitioner
-        step_fn = make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
-                                  learner.num_microbatches, partitioner.reduction)
-        self.train_step = partitioner.compile_step(
-            step_fn, run.state_shardings, run.batch_shardings(run.batch_spec),
-            (run.state_shardings, partitioner.replicated), donate_state=True)
+        self.train_step = run.compile_train_step()
         self.evaluator = Evaluator(run, host)
         # Steps/s counts only time spent training: eval time is excluded from the interval.
         self._last_summary = (info.start_step, 0.0)

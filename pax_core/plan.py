@@ -20,7 +20,6 @@ from pax_core.errors import UsageError
 from pax_core.plugins import PluginHost
 from pax_core.runner import Run, build_run
 from pax_core.state import count_params
-from pax_core.steps import make_train_step
 
 GIB = 1024**3
 
@@ -56,9 +55,7 @@ def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: li
     _, cls = lookup.resolve(host.components("experiments"), exp, plugin)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
-    if cls.ICI_MESH_SHAPE is None:
-        return default
-    return math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1])
+    return cls.mesh_size() or default
 
 
 def use_fake_devices(count: int) -> None:
@@ -85,12 +82,7 @@ def _xla_flops(compiled: Any, devices: int) -> float | None:
 
 
 def _compile(run: Run) -> Any:
-    partitioner, learner = run.partitioner, run.task.train.learner
-    step = partitioner.compile_step(
-        make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
-                        learner.num_microbatches, partitioner.reduction),
-        run.state_shardings, run.batch_shardings(run.batch_spec),
-        (run.state_shardings, partitioner.replicated), donate_state=True)
+    step = run.compile_train_step()
     batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
              for (k, v), s in zip(run.batch_spec.items(),
                                   run.batch_shardings(run.batch_spec).values(), strict=True)}

@@ -23,6 +23,7 @@ from pax_core.inputs.base import Input
 from pax_core.partitioning import Partitioner
 from pax_core.plugins import PluginHost
 from pax_core.state import TrainState, logical_axes, make_init_fn
+from pax_core.steps import make_train_step
 from pax_core.task import Job, Task
 
 # JAX's platform names that one backend serves.
@@ -99,6 +100,16 @@ class Run:
         settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
         return self.checkpointer.build(directory, settings)
 
+    def compile_train_step(self, donate_state: bool = True) -> Any:
+        """``(state, batch) -> (state, metrics)``, compiled by the partitioner for this run."""
+        learner, partitioner = self.task.train.learner, self.partitioner
+        step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
+                               learner.num_microbatches, partitioner.reduction)
+        return partitioner.compile_step(step, self.state_shardings,
+                                        self.batch_shardings(self.batch_spec),
+                                        (self.state_shardings, partitioner.replicated),
+                                        donate_state=donate_state)
+
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings."""
         init = make_init_fn(self.task.model, self.tx, self.batch_spec)
@@ -156,11 +167,11 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
     _check_microbatches(resolved.name, train_input, learner.num_microbatches,
                         partitioner.num_batch_shards)
     tx = learner.optimizer.build()
-    if read_data:
-        _peek(host, train_input)
+    local = _ask(host, train_input, train_input.peek if read_data
+                 else train_input.abstract_batch)
     batch_spec = {
         k: jax.ShapeDtypeStruct((train_input.batch_size, *v.shape[1:]), v.dtype)
-        for k, v in _abstract_batch(host, train_input).items()
+        for k, v in local.items()
     }
     init = make_init_fn(job.task.model, tx, batch_spec, boxed=True)
     try:
@@ -177,20 +188,12 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
                batch_spec, checkpointer, loggers)
 
 
-def _peek(host: PluginHost, data: Input) -> dict[str, np.ndarray]:
+def _ask(host: PluginHost, data: Input, question: Any) -> dict[str, Any]:
+    """A local batch (or its shapes) from ``data``; its failures are reported against it."""
     try:
-        return data.peek()
+        return question()
     except StopIteration:
         raise RunError(f"input '{data.name}' is empty") from None
-    except PaxError:
-        raise
-    except Exception as e:
-        raise host.provider_error("input", data, e) from e
-
-
-def _abstract_batch(host: PluginHost, data: Input) -> dict[str, jax.ShapeDtypeStruct]:
-    try:
-        return data.abstract_batch()
     except PaxError:
         raise
     except Exception as e:

@@ -11,7 +11,6 @@ import pytest
 
 from pax_core import config
 from pax_core.runner import build_run
-from pax_core.steps import make_train_step
 from pax_core.testing import isolated_host
 
 STEPS = 5
@@ -49,10 +48,7 @@ def _grads_and_losses(run):
     first = run.partitioner.global_batch(run.train_input.peek())
     at_init = partitioner.compile_step(grads, run.state_shardings, batch_shardings,
                                        run.state_shardings.params)(state, first)
-    step = partitioner.compile_step(
-        make_train_step(model, run.tx, run.task.train.learner.optimizer.learning_rate_at,
-                        reduction=partitioner.reduction),
-        run.state_shardings, batch_shardings, (run.state_shardings, partitioner.replicated))
+    step = run.compile_train_step(donate_state=False)
     losses = []
     for _ in range(STEPS):
         state, metrics = step(state, partitioner.global_batch(run.train_input.get_next()))

@@ -15,7 +15,6 @@ from jax.sharding import NamedSharding, PartitionSpec
 from pax_core import commands, config, hookimpl
 from pax_core.errors import RunError, UsageError
 from pax_core.runner import build_run
-from pax_core.steps import make_train_step
 from pax_core.testing import isolated_host, register_plugin
 
 TEST_PLUGIN = importlib.import_module("pax_testplugin.plugin")
@@ -33,12 +32,7 @@ def _run(host, devices, *overrides):
 
 def _train_steps(run, steps: int):
     """Losses and final params of ``steps`` steps, through the same jitted step as the loop."""
-    learner, partitioner = run.task.train.learner, run.partitioner
-    step = partitioner.compile_step(
-        make_train_step(run.task.model, run.tx, learner.optimizer.learning_rate_at,
-                        learner.num_microbatches, partitioner.reduction),
-        run.state_shardings, run.batch_shardings(run.batch_spec),
-        (run.state_shardings, partitioner.replicated))
+    step = run.compile_train_step(donate_state=False)
     state, losses = run.init_state(), []
     for _ in range(steps):
         state, metrics = step(state, run.partitioner.global_batch(run.train_input.get_next()))

@@ -47,10 +47,7 @@ def _plannable() -> list[tuple[int, str]]:
         cls = _load(ref)
         if issubclass(cls, PipelinedExperiment):
             continue
-        size = 8
-        if cls.ICI_MESH_SHAPE is not None:
-            size = math.prod(cls.ICI_MESH_SHAPE) * math.prod(cls.DCN_MESH_SHAPE or [1])
-        if size <= MAX_DEVICES:
+        if (cls.mesh_size() or 8) <= MAX_DEVICES:
             out.append((MAX_DEVICES if cls.ICI_MESH_SHAPE is not None else 8, ref.name))
     return out
 

@@ -91,8 +91,7 @@ class TransformerLmExperiment(Experiment):
             import jax
 
             return jax.device_count()
-        dcn = self.DCN_MESH_SHAPE or [1] * len(self.ICI_MESH_SHAPE)
-        return math.prod(self.ICI_MESH_SHAPE) * math.prod(dcn)
+        return self.mesh_size()
 
     def global_batch_size(self) -> int:
         batch = self.PERCORE_BATCH_SIZE * self.num_devices()
