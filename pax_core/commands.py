@@ -41,10 +41,14 @@ def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str
 
 
 def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
-          platform: str | None = None, distributed: DistributedOptions | None = None) -> str:
+          platform: str | None = None, distributed: DistributedOptions | None = None,
+          peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None
+          ) -> str:
     """Train (or resume) ``exp`` in ``job_dir``; returns the final status.
 
     Every process of a multi-process run calls this; only process 0 writes the record and logs.
+    ``peak_tflops`` replaces the device's peak in MFU; ``profile_steps`` is a window of steps
+    to trace (``pax_core.profiling``).
     """
     jd = JobDir(job_dir)
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
@@ -63,7 +67,8 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
                        jax.process_index(), jax.process_count())
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
         try:
-            loop = TrainLoop(run, checkpointer, loggers, host, info)
+            loop = TrainLoop(run, checkpointer, loggers, host, info, peak_tflops=peak_tflops,
+                             profile_steps=profile_steps)
             _, step, status = loop.run_loop(state, config_text)
         finally:
             loggers.close()

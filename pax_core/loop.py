@@ -2,8 +2,10 @@
 
 It dispatches steps without waiting for them: metrics stay on the device until a summary step,
 and the host only blocks on a step ``max_inflight_steps`` behind the newest, which bounds memory
-without stalling the device. A SIGTERM or Ctrl-C finishes the current step, saves a checkpoint
-and stops cleanly; running the same command again resumes.
+without stalling the device. The step is compiled ahead of time, before the first batch is read,
+which also gives the compiled program's FLOPs for HFU. Every summary reports speed (steps/s,
+MFU, HFU) and where the time went (``pax_core.speed``). A SIGTERM or Ctrl-C finishes the
+current step, saves a checkpoint and stops cleanly; running the same command again resumes.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from typing import Any
 import jax
 
 from pax_core.checkpointing import Checkpointer
-from pax_core.errors import RunError
+from pax_core.errors import PaxError, RunError
 from pax_core.evaluation import Evaluator
 from pax_core.events import RunInfo, notify
+from pax_core.flops import step_flops
 from pax_core.loggers import LoggerGroup
+from pax_core.peak import device_peak
 from pax_core.plugins import PluginHost
+from pax_core.profiling import StepProfiler
 from pax_core.runner import Run
+from pax_core.speed import StepClock, Utilisation
 from pax_core.state import TrainState, count_params
 
 
@@ -45,17 +51,33 @@ class TrainLoop:
     """Steps, summaries, evals and checkpoints of one invocation of ``pax train``."""
 
     def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup,
-                 host: PluginHost, info: RunInfo):
+                 host: PluginHost, info: RunInfo, *, peak_tflops: float | None = None,
+                 profile_steps: tuple[int, int] | None = None):
         self.run, self.checkpointer, self.loggers = run, checkpointer, loggers
         self.host, self.pm = host, host.pm
         self.info = info
         self.settings = run.task.train
-        self.train_step = run.compile_train_step()
+        started = time.perf_counter()
+        self.train_step = self._compile()
+        self.compile_sec = time.perf_counter() - started
+        mesh = run.partitioner.mesh
+        self.utilisation = Utilisation(
+            step_flops(run.task.model, run.batch_spec, self.train_step, mesh.size),
+            device_peak(list(mesh.devices.flat), peak_tflops), mesh.size)
         self.evaluator = Evaluator(run, host)
-        # Steps/s counts only time spent training: eval time is excluded from the interval.
-        self._last_summary = (info.start_step, 0.0)
-        self._excluded = 0.0
+        self.clock = StepClock()
+        self.profiler = StepProfiler(profile_steps, info.job_dir)
+        self._last_summary_step = info.start_step
+        self._first_step_sec: float | None = None
         self._uncommitted: list[int] = []
+
+    def _compile(self) -> Any:
+        try:
+            return self.run.compile_train_step().lower(*self.run.abstract_step_args()).compile()
+        except PaxError:
+            raise
+        except Exception as e:
+            raise self.host.provider_error("model", self.run.task.model, e) from e
 
     def _log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
         self.loggers.write(step, kind, metrics)
@@ -63,24 +85,24 @@ class TrainLoop:
 
     def _summarise(self, step: int, metrics: dict[str, jax.Array]) -> None:
         values = {k: float(v) for k, v in jax.device_get(metrics).items()}
-        last_step, last_time = self._last_summary
-        now = time.perf_counter()
-        steps_per_sec = (step - last_step) / max(now - last_time - self._excluded, 1e-9)
-        self._last_summary, self._excluded = (step, now), 0.0
+        steps_per_sec, breakdown = self.clock.lap(step - self._last_summary_step)
+        self._last_summary_step = step
         values["steps_per_sec"] = steps_per_sec
         values["examples_per_sec"] = steps_per_sec * self.run.train_input.batch_size
         tokens = values.pop("num_tokens")
         if tokens > 0:
             values["tokens_per_sec"] = steps_per_sec * tokens
+        values.update(self.utilisation.metrics(steps_per_sec))
+        values.update(breakdown)
+        if self._first_step_sec is not None:  # once per invocation, at its first summary
+            values["first_step_sec"], self._first_step_sec = self._first_step_sec, None
         self._log(step, "train", values)
 
     def _evaluate(self, step: int, params: Any) -> None:
         if not self.run.eval_inputs:
             return
-        start = time.perf_counter()
         for name, metrics in self.evaluator.evaluate(params).items():
             self._log(step, f"eval/{name}", metrics)
-        self._excluded += time.perf_counter() - start
 
     def _save(self, step: int, state: TrainState) -> None:
         try:
@@ -121,23 +143,35 @@ class TrainLoop:
                            num_train_steps=total, hparams=self._hparams())
         self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
+        self.profiler.check_window(step, total)
         inflight: collections.deque = collections.deque()
         flag = {"stop": False}
-        self._last_summary = (step, time.perf_counter())
+        clock, profiler = self.clock, self.profiler
+        clock.restart()
         with _stop_on_signals(flag):
             while step < total and not flag["stop"]:
-                state, metrics = self._step(state, self._next_batch(step))
+                batch = self._next_batch(step)
+                clock.charge("input")
+                with profiler.step(step + 1):
+                    state, metrics = self._step(state, batch)
                 step += 1
+                profiler.finished(step, metrics)
                 inflight.append(metrics["loss"])
                 if len(inflight) > self.settings.max_inflight_steps:
                     inflight.popleft().block_until_ready()
+                if step == self.info.start_step + 1:
+                    self._time_first_step(metrics)
                 self.loggers.progress(step)
                 if step % self.settings.summary_interval_steps == 0 or step == total:
                     self._summarise(step, metrics)
+                clock.charge("step")
                 if step % self.settings.eval_interval_steps == 0 and step < total:
                     self._evaluate(step, state.params)
+                    clock.charge("eval")
                 if self.checkpointer.should_save(step):
                     self._save(step, state)
+                    clock.charge("checkpoint")
+        profiler.stop()
         status = "interrupted" if flag["stop"] else "completed"
         self._save(step, state)
         if status == "completed":
@@ -145,6 +179,12 @@ class TrainLoop:
         self.checkpointer.wait()
         self._announce_committed()
         return state, step, status
+
+    def _time_first_step(self, metrics: dict[str, jax.Array]) -> None:
+        """Compiling plus running the first step: what a user waits for before training."""
+        jax.block_until_ready(metrics)
+        self.clock.charge("step")
+        self._first_step_sec = self.compile_sec + self.clock.spent("step")
 
     def _hparams(self) -> dict[str, Any]:
         train = self.settings
@@ -156,4 +196,5 @@ class TrainLoop:
             "num_train_steps": train.num_train_steps,
             "learning_rate": train.learner.optimizer.learning_rate,
             "num_microbatches": train.learner.num_microbatches,
+            **self.utilisation.settings(),
         }

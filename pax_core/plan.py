@@ -3,8 +3,9 @@
 The experiment is built on as many fake CPU devices as its mesh declares, with abstract shapes
 only (no parameter is allocated and no data is read); its train step is lowered and compiled by
 XLA's SPMD partitioner exactly as for a real run. The report puts the model's own analytic
-FLOPs next to XLA's cost analysis, and the per-device memory of parameters, optimizer state and
-temporaries (from the compiled program) next to a device's memory.
+FLOPs next to the compiled program's (``pax_core.flops``), and the per-device memory of
+parameters, optimizer state and temporaries (from the compiled program) next to a device's
+memory.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Any
 
 import jax
 
-from pax_core import config, lookup, overrides
+from pax_core import config, flops, lookup, overrides
 from pax_core.errors import UsageError
 from pax_core.plugins import PluginHost
-from pax_core.runner import Run, build_run
+from pax_core.runner import build_run
 from pax_core.state import count_params
 
 GIB = 1024**3
@@ -33,7 +34,8 @@ class Plan:
     tokens_per_step: int | None
     model_flops_per_token: float | None
     model_flops_per_step: float | None
-    xla_flops_per_step: float | None
+    flops_formula: str | None
+    hardware_flops_per_step: float | None
     params_gib: float
     opt_state_gib: float
     temporaries_gib: float
@@ -72,23 +74,6 @@ def _gib_per_device(abstract: Any) -> float:
     return total / GIB
 
 
-def _xla_flops(compiled: Any, devices: int) -> float | None:
-    analysis = compiled.cost_analysis()
-    if isinstance(analysis, list):
-        analysis = analysis[0] if analysis else None
-    if not analysis or "flops" not in analysis:
-        return None
-    return float(analysis["flops"]) * devices
-
-
-def _compile(run: Run) -> Any:
-    step = run.compile_train_step()
-    batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=s)
-             for (k, v), s in zip(run.batch_spec.items(),
-                                  run.batch_shardings(run.batch_spec).values(), strict=True)}
-    return step.lower(run.abstract_state, batch).compile()
-
-
 def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str],
          hbm_gib: float = 32.0) -> Plan:
     """Build and compile ``exp`` over the devices its mesh declares (all devices when it
@@ -100,24 +85,24 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
                          f"run pax plan in a fresh process")
     resolved = config.resolve(host, exp, plugin, set_items)
     run = build_run(host, resolved, devices[:num_devices], read_data=False)
-    compiled = _compile(run)
+    compiled = run.compile_train_step().lower(*run.abstract_step_args()).compile()
     memory = compiled.memory_analysis()
     params_gib = _gib_per_device(run.abstract_state.params)
     opt_gib = _gib_per_device(run.abstract_state.opt_state)
     temp_gib = memory.temp_size_in_bytes / GIB if memory is not None else 0.0
     ids = run.batch_spec.get("ids")
     tokens = math.prod(ids.shape) if ids is not None else None
-    per_token = getattr(run.task.model, "flops_per_token", None)
-    model_per_token = per_token(ids.shape[1]) if per_token and ids is not None else None
+    counted = flops.step_flops(run.task.model, run.batch_spec, compiled, num_devices)
     return Plan(
         experiment=resolved.name,
         devices=num_devices,
         mesh=dict(run.partitioner.mesh.shape),
         params=count_params(run.abstract_state.params),
         tokens_per_step=tokens,
-        model_flops_per_token=model_per_token,
-        model_flops_per_step=model_per_token * tokens if model_per_token else None,
-        xla_flops_per_step=_xla_flops(compiled, num_devices),
+        model_flops_per_token=counted.model / tokens if counted.model and tokens else None,
+        model_flops_per_step=counted.model,
+        flops_formula=counted.formula,
+        hardware_flops_per_step=counted.hardware,
         params_gib=params_gib,
         opt_state_gib=opt_gib,
         temporaries_gib=temp_gib,

@@ -110,6 +110,13 @@ class Run:
                                         (self.state_shardings, partitioner.replicated),
                                         donate_state=donate_state)
 
+    def abstract_step_args(self) -> tuple[Any, dict[str, jax.ShapeDtypeStruct]]:
+        """The train step's arguments as shapes with shardings, for ahead-of-time compiling."""
+        shardings = self.batch_shardings(self.batch_spec)
+        batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings[k])
+                 for k, v in self.batch_spec.items()}
+        return self.abstract_state, batch
+
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings."""
         init = make_init_fn(self.task.model, self.tx, self.batch_spec)

@@ -85,17 +85,35 @@ def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
     typer.echo(resolved.to_json() if as_json else resolved.to_text(), nl=False)
 
 
-def train_command(ctx: typer.Context, exp: ExpOpt, job_dir: JobDirOpt, plugin: PluginOpt = None,
-                  set_items: SetOpt = None, platform: PlatformOpt = None,
-                  coordinator_address: AddressOpt = None, num_processes: NumProcessesOpt = None,
-                  process_id: ProcessIdOpt = None) -> None:
+def train_command(
+    ctx: typer.Context,
+    exp: ExpOpt,
+    job_dir: JobDirOpt,
+    plugin: PluginOpt = None,
+    set_items: SetOpt = None,
+    platform: PlatformOpt = None,
+    peak_tflops: Annotated[float | None, typer.Option(
+        "--peak-tflops", metavar="TFLOPS", min=1e-9,
+        help="Peak TFLOP/s of one device for MFU and HFU; default: the device's dense bf16 "
+        "figure (TPU, GPU), or a float32 matmul measured once on a CPU.")] = None,
+    profile_steps: Annotated[str | None, typer.Option(
+        "--profile-steps", metavar="START:END",
+        help="Trace steps START to END with jax.profiler into JOB_DIR/profile (TensorBoard's "
+        "profile tab, or Perfetto).")] = None,
+    coordinator_address: AddressOpt = None,
+    num_processes: NumProcessesOpt = None,
+    process_id: ProcessIdOpt = None,
+) -> None:
     """Train an experiment, or resume it from the latest checkpoint in --job-dir."""
     from pax_core import commands
     from pax_core.distributed import DistributedOptions
+    from pax_core.profiling import parse_steps
 
+    window = parse_steps(profile_steps) if profile_steps is not None else None
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items or [],
-                   job_dir=job_dir, platform=platform, distributed=distributed)
+                   job_dir=job_dir, platform=platform, distributed=distributed,
+                   peak_tflops=peak_tflops, profile_steps=window)
 
 
 def eval_command(

@@ -87,11 +87,12 @@ def show_plan(result, as_json: bool) -> None:
         ("parameters", f"{result.params:,}"),
         ("tokens per step", "-" if result.tokens_per_step is None
          else f"{result.tokens_per_step:,}"),
-        ("model TFLOP per step (analytic)", _tera(result.model_flops_per_step)),
+        ("model TFLOP per step (analytic, "
+         f"{result.flops_formula or 'no formula'})", _tera(result.model_flops_per_step)),
         ("model FLOP per token (analytic)", "-" if result.model_flops_per_token is None
          else f"{result.model_flops_per_token:,.0f}"),
-        ("XLA TFLOP per step (cost analysis; a scanned layer counts once)",
-         _tera(result.xla_flops_per_step)),
+        ("hardware TFLOP per step (XLA cost analysis, loops counted in full)",
+         _tera(result.hardware_flops_per_step)),
         ("GiB per device: parameters", f"{result.params_gib:.2f}"),
         ("GiB per device: optimizer state", f"{result.opt_state_gib:.2f}"),
         ("GiB per device: temporaries (compiled)", f"{result.temporaries_gib:.2f}"),

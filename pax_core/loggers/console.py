@@ -34,6 +34,19 @@ def format_line(step: int, kind: str, metrics: Mapping[str, float]) -> str:
     return f"step {step} {kind} {values}"
 
 
+def speed_line(hparams: Mapping[str, Any]) -> str | None:
+    """What MFU and HFU are measured against, from the run's settings (``pax_core.speed``)."""
+    if "peak_source" not in hparams:
+        return None
+    peak = hparams["peak_tflops_per_device"]
+    against = f"{format_value(peak)} TFLOP/s per device ({hparams['peak_source']})" if peak \
+        else f"no peak FLOP/s ({hparams['peak_source']}; set --peak-tflops)"
+    return (f"speed: MFU and HFU against {against}; model FLOPs per step "
+            f"{format_value(hparams['model_flops_per_step'])} by formula "
+            f"{hparams['flops_formula']}, hardware FLOPs per step "
+            f"{format_value(hparams['hardware_flops_per_step'])} by XLA cost analysis")
+
+
 class _LatestColumn(ProgressColumn):
     """The last reported loss and speed; blank until the first train summary brings them."""
 
@@ -66,6 +79,8 @@ class ConsoleLogger(Logger):
               hparams: Mapping[str, Any]) -> None:
         where = f"resuming from step {start_step}" if start_step > 0 else "starting at step 0"
         self._print(f"{experiment}: {where} of {num_train_steps}")
+        if (line := speed_line(hparams)) is not None:
+            self._print(line)
         # ``reset`` rather than ``update`` so the steps restored from a checkpoint do not count
         # towards the speed behind the time remaining.
         self._bar.reset(self._task, total=num_train_steps, completed=start_step,

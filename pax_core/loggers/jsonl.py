@@ -1,5 +1,8 @@
 """Metrics as JSON lines in ``JOB_DIR/metrics.jsonl``: the record scripts and notebooks read.
 
+Each invocation starts with a ``"kind": "start"`` record of the run's settings (including what
+MFU is measured against); then come ``train`` and ``eval/<name>`` records.
+
 The file is opened for appending, so a resumed run continues the same file, and it is line
 buffered, so every record is on disk as soon as it is written and a crash loses at most one line.
 """
@@ -11,6 +14,7 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from pax_core.loggers.base import Logger
 
@@ -31,9 +35,19 @@ class JsonlLogger(Logger):
             os.path.join(job_dir, "metrics.jsonl"), "a", buffering=1, encoding="utf-8"
         )
 
+    def start(self, *, experiment: str, start_step: int, num_train_steps: int,
+              hparams: Mapping[str, Any]) -> None:
+        settings = {name: _json_number(value) if isinstance(value, float) else value
+                    for name, value in hparams.items()}
+        self._append({"step": int(start_step), "kind": "start", "time": time.time(),
+                      "num_train_steps": num_train_steps, **settings})
+
     def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
         record = {"step": int(step), "kind": kind, "time": time.time()}
         record.update((name, _json_number(value)) for name, value in metrics.items())
+        self._append(record)
+
+    def _append(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def close(self) -> None:

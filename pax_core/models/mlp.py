@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import flax.linen as nn
 import jax.numpy as jnp
 import optax
@@ -14,6 +17,16 @@ class MlpClassifier(nn.Module):
 
     num_classes: int = 4
     hidden_dims: tuple[int, ...] = (64,)
+
+    flops_formula = "dense-v1"
+
+    @nn.nowrap
+    def flops_per_step(self, batch_spec: dict[str, Any]) -> float:
+        """6 x weights x examples: a weight costs 2 FLOPs forward and 4 backward (biases and
+        activations are left out)."""
+        examples, features = batch_spec["features"].shape
+        widths = (features, *self.hidden_dims, self.num_classes)
+        return 6.0 * examples * sum(a * b for a, b in itertools.pairwise(widths))
 
     @nn.compact
     def __call__(self, batch, train: bool = False) -> ModelOutput:

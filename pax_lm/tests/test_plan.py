@@ -74,7 +74,7 @@ def test_experiments_compile_on_their_mesh(devices, names):
         exp = _load(next(e for e in EXPERIMENTS if e.name == name))()
         assert p["params"] == expected_params(decoder_fields(exp)), name
         assert p["devices"] == math.prod(p["mesh"].values())
-        assert p["model_flops_per_step"] > 0 and p["xla_flops_per_step"] > 0
+        assert p["model_flops_per_step"] > 0 and p["hardware_flops_per_step"] > 0
         assert 0 < p["params_gib"] < p["total_gib"]
 
 

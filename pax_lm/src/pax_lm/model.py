@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from pax_core.model import ModelOutput
+from pax_transformer.model import FLOPS_FORMULA_VERSION, train_flops_per_token
 
 
 class LanguageModel(nn.Module):
@@ -21,12 +22,14 @@ class LanguageModel(nn.Module):
 
     decoder: Any
 
-    @nn.nowrap
-    def flops_per_token(self, seq_len: int) -> float:
-        """Training FLOPs per token of the decoder (``pax_transformer.model``'s formula)."""
-        from pax_transformer.model import train_flops_per_token
+    flops_formula = f"transformer-v{FLOPS_FORMULA_VERSION}"
 
-        return train_flops_per_token(self.decoder, seq_len)
+    @nn.nowrap
+    def flops_per_step(self, batch_spec: dict[str, Any]) -> float:
+        """Training FLOPs of a batch of ``ids [batch, length]`` (``pax_transformer.model``'s
+        formula, per token, times the tokens)."""
+        batch, length = batch_spec["ids"].shape
+        return batch * length * train_flops_per_token(self.decoder, length)
 
     def __call__(self, batch: dict[str, Any], train: bool = False) -> ModelOutput:
         logits = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),

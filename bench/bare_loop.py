@@ -1,0 +1,75 @@
+"""The least code a user would write to train an experiment's model: jit, value_and_grad, optax.
+
+Same model, optimizer and batches as ``pax train`` (all three are built from the experiment's
+config), none of the framework's loop. Prints one JSON line: tokens/s between the summaries at
+``--warmup`` and ``--steps``, the first step's time (compile included) and the losses.
+
+    python bench/bare_loop.py --exp lm/QuickStartLm --steps 60 --warmup 10 [--set K=V ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import jax
+import numpy as np
+import optax
+
+from pax_core import config
+from pax_core.plugins import PluginHost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--exp", required=True)
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--set", dest="set_items", action="append", default=[])
+    args = parser.parse_args()
+
+    job = config.resolve(PluginHost(), args.exp, None, args.set_items).build()
+    model = job.task.model
+    tx = job.task.train.learner.optimizer.build()
+    data = next(d for d in job.datasets if d.is_training)
+    data.shard(0, 1)
+
+    first = data.get_next()
+    params = model.init(jax.random.key(0), first, train=False)["params"]
+    opt_state = tx.init(params)
+    rng = jax.random.key(1)
+
+    def loss_fn(params, batch, rng):
+        return model.apply({"params": params}, batch, train=True, rngs={"dropout": rng}).loss
+
+    @jax.jit
+    def train_step(params, opt_state, batch, rng):
+        rng, step_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, step_rng)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, rng, loss
+
+    tokens_per_step = int(np.prod(first["ids"].shape))
+    batch, losses, times = first, {}, {}
+    start = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        params, opt_state, rng, loss = train_step(params, opt_state, batch, rng)
+        if step == 1:
+            jax.block_until_ready(loss)
+            first_step_sec = time.perf_counter() - start
+        if step % args.warmup == 0:
+            losses[step] = float(loss)
+            times[step] = time.perf_counter()
+        if step < args.steps:
+            batch = data.get_next()
+    measured = args.steps - args.warmup
+    print(json.dumps({
+        "tokens_per_sec": measured * tokens_per_step / (times[args.steps] - times[args.warmup]),
+        "first_step_sec": first_step_sec,
+        "losses": losses,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""FLOP counting: XLA's count corrected for loops, and the models' analytic formulas."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from pax_core import config
+from pax_core.flops import hardware_flops, loop_correction, step_flops
+from pax_core.runner import build_run
+from pax_core.testing import isolated_host
+
+W = jnp.ones((128, 128))
+X = jnp.ones((32, 128))
+DOT = 2 * 32 * 128 * 128
+
+
+def _compiled(fn, *args):
+    return jax.jit(fn).lower(*args).compile()
+
+
+def _layers(unroll: bool | int, length: int = 4):
+    def fn(w, x):
+        def body(c, _):
+            return jnp.tanh(c @ w), None
+
+        return jax.lax.scan(body, x, None, length=length, unroll=unroll)[0].sum()
+
+    return fn
+
+
+def test_a_scanned_loop_counts_every_iteration_like_the_unrolled_one():
+    scanned, unrolled = _compiled(_layers(False), W, X), _compiled(_layers(True), W, X)
+    # XLA alone counts the body once: that is what the correction is for.
+    assert scanned.cost_analysis()["flops"] < 1.1 * DOT
+    assert hardware_flops(scanned, 1) == pytest.approx(hardware_flops(unrolled, 1), rel=1e-3)
+    assert hardware_flops(unrolled, 1) == pytest.approx(4 * DOT, rel=0.01)
+
+
+def test_nested_loops_multiply_their_trip_counts():
+    def nested(w, x):
+        def inner(c, _):
+            return jnp.tanh(c @ w), None
+
+        def outer(c, _):
+            return jax.lax.scan(inner, c, None, length=3)[0], None
+
+        return jax.lax.scan(outer, x, None, length=2)[0].sum()
+
+    compiled = _compiled(nested, W, X)
+    assert loop_correction(compiled.as_text()) == pytest.approx(5 * DOT, rel=0.01)
+    assert hardware_flops(compiled, 8) == pytest.approx(8 * 6 * DOT, rel=0.01)
+
+
+def test_a_program_without_loops_is_xla_s_count_times_the_devices():
+    compiled = _compiled(lambda w, x: (x @ w).sum(), W, X)
+    assert loop_correction(compiled.as_text()) == 0
+    assert hardware_flops(compiled, 2) == 2 * compiled.cost_analysis()["flops"]
+
+
+def test_mlp_formula_is_six_flops_per_weight_and_example():
+    host = isolated_host()
+    run = build_run(host, config.resolve(host, "MlpSynthetic", None, []), jax.devices()[:1],
+                    read_data=False)
+    compiled = run.compile_train_step().lower(*run.abstract_step_args()).compile()
+    counted = step_flops(run.task.model, run.batch_spec, compiled, 1)
+    assert counted.formula == "dense-v1"
+    assert counted.model == 6 * 64 * (16 * 64 + 64 * 4)
+    # The program skips the gradient of the input features that 6 x W counts, and adds the
+    # optimizer's and the loss's elementwise work.
+    assert 0.7 < counted.hardware / counted.model < 1.2

@@ -1,0 +1,127 @@
+"""Every `pax train` reports its speed: MFU and HFU with what they were measured against, where
+the time went, the first step's time, and a profiler trace of the steps asked for."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PAX = Path(sys.executable).with_name("pax")
+MLP = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=40"]
+
+
+def _pax(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([str(PAX), *args], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def _records(job_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def mlp_job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    job_dir = tmp_path_factory.mktemp("speed") / "job"
+    result = _pax("train", *MLP, "--job-dir", str(job_dir))
+    assert result.returncode == 0, result.stderr
+    return job_dir, result
+
+
+def test_start_record_says_what_mfu_is_measured_against(mlp_job):
+    job_dir, result = mlp_job
+    start = _records(job_dir)[0]
+    assert start["kind"] == "start" and start["step"] == 0
+    assert start["flops_formula"] == "dense-v1"
+    assert start["model_flops_per_step"] == 6 * 64 * (16 * 64 + 64 * 4)
+    assert start["hardware_flops_per_step"] > 0
+    # 8 fake devices share the host: each gets an eighth of the measured matmul rate.
+    assert start["peak_source"].startswith("measured float32 matmul, host shared by 8 device")
+    assert start["peak_tflops_per_device"] > 0
+    assert "by formula dense-v1" in result.stdout
+    assert "TFLOP/s per device (measured float32 matmul" in result.stdout
+
+
+def test_every_summary_has_utilisation_and_the_time_breakdown(mlp_job):
+    job_dir, result = mlp_job
+    train = [r for r in _records(job_dir) if r["kind"] == "train"]
+    assert [r["step"] for r in train] == [20, 40]
+    start = _records(job_dir)[0]
+    for record in train:
+        per_device = start["model_flops_per_step"] * record["steps_per_sec"] / 8 / 1e12
+        assert record["model_tflops_per_device"] == pytest.approx(per_device)
+        assert record["mfu"] == pytest.approx(per_device / start["peak_tflops_per_device"])
+        ratio = start["hardware_flops_per_step"] / start["model_flops_per_step"]
+        assert record["hfu"] == pytest.approx(record["mfu"] * ratio) and record["mfu"] > 0
+        times = {k: record[k] for k in ("time_input_ms", "time_step_ms", "time_checkpoint_ms",
+                                        "time_eval_ms")}
+        assert all(v >= 0 for v in times.values()) and times["time_step_ms"] > 0
+        # Steps/s is the inverse of the time per step outside eval.
+        outside_eval = sum(times.values()) - times["time_eval_ms"]
+        assert 1e3 / record["steps_per_sec"] == pytest.approx(outside_eval, rel=1e-6)
+    assert train[0]["first_step_sec"] > 0
+    assert "first_step_sec" not in train[1]
+    assert " mfu=" in result.stdout and " time_input_ms=" in result.stdout
+
+
+def test_tensorboard_has_the_utilisation_curves_and_their_settings(mlp_job):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    train = EventAccumulator(str(mlp_job[0] / "summaries" / "train"))
+    train.Reload()
+    assert {"mfu", "hfu", "model_tflops_per_device", "time_step_ms", "time_input_ms",
+            "time_checkpoint_ms", "time_eval_ms"} <= set(train.Tags()["scalars"])
+    [settings] = train.Tensors("hparams/text_summary")
+    text = settings.tensor_proto.string_val[0].decode()
+    assert "| flops_formula | dense-v1 |" in text and "| peak_tflops_per_device |" in text
+
+
+def test_peak_tflops_overrides_the_device_peak(tmp_path):
+    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=20", "--peak-tflops", "0.5",
+                  "--job-dir", str(tmp_path / "job"))
+    assert result.returncode == 0, result.stderr
+    start, train = _records(tmp_path / "job")[0], _records(tmp_path / "job")[1]
+    assert (start["peak_tflops_per_device"], start["peak_source"]) == (0.5, "--peak-tflops")
+    assert train["mfu"] == pytest.approx(train["model_tflops_per_device"] / 0.5)
+
+
+def _trace_events(job_dir: Path) -> list[dict]:
+    traces = list((job_dir / "profile" / "plugins" / "profile").glob("*/perfetto_trace.json.gz"))
+    assert len(traces) == 1, traces
+    with gzip.open(traces[0]) as f:
+        return json.load(f)["traceEvents"]
+
+
+def test_profile_steps_traces_the_window_with_step_annotations(tmp_path):
+    job_dir = tmp_path / "job"
+    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=8", "--profile-steps", "3:5",
+                  "--job-dir", str(job_dir))
+    assert result.returncode == 0, result.stderr
+    runs = list((job_dir / "profile" / "plugins" / "profile").iterdir())
+    assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
+    steps = sorted(int(e["args"]["step_num"]) for e in _trace_events(job_dir)
+                   if e.get("name") == "train" and "step_num" in e.get("args", {}))
+    assert steps == [3, 4, 5]
+
+
+@pytest.mark.parametrize("window", ["5", "0:3", "4:2", "a:b", "3:"])
+def test_a_bad_profile_window_is_refused_before_anything_is_written(tmp_path, window):
+    result = _pax("train", *MLP, "--profile-steps", window, "--job-dir", str(tmp_path / "job"))
+    assert result.returncode == 2
+    assert f"--profile-steps '{window}': give START:END with 1 <= START <= END" in result.stderr
+    assert not (tmp_path / "job").exists()
+
+
+def test_a_window_outside_the_run_is_reported(tmp_path):
+    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=4", "--profile-steps", "10:12",
+                  "--job-dir", str(tmp_path / "job"))
+    assert result.returncode == 0, result.stderr
+    assert "--profile-steps 10:12 traces nothing: this run does steps 1 to 4" in result.stderr
+    assert not (tmp_path / "job" / "profile").exists()
