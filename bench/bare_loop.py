@@ -1,8 +1,8 @@
 """The least code a user would write to train an experiment's model: jit, value_and_grad, optax.
 
 Same model, optimizer and batches as ``pax train`` (all three are built from the experiment's
-config), none of the framework's loop. Prints one JSON line: tokens/s between the summaries at
-``--warmup`` and ``--steps``, the first step's time (compile included) and the losses.
+config), none of the framework's loop. Prints one JSON line: tokens/s of each interval of
+``--warmup`` steps after the first, the first step's time (compile included) and the losses.
 
     python bench/bare_loop.py --exp lm/QuickStartLm --steps 60 --warmup 10 [--set K=V ...]
 """
@@ -10,6 +10,7 @@ config), none of the framework's loop. Prints one JSON line: tokens/s between th
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 
@@ -63,9 +64,10 @@ def main() -> None:
             times[step] = time.perf_counter()
         if step < args.steps:
             batch = data.get_next()
-    measured = args.steps - args.warmup
+    marks = sorted(times)
     print(json.dumps({
-        "tokens_per_sec": measured * tokens_per_step / (times[args.steps] - times[args.warmup]),
+        "interval_tokens_per_sec": [args.warmup * tokens_per_step / (times[b] - times[a])
+                                    for a, b in itertools.pairwise(marks)],
         "first_step_sec": first_step_sec,
         "losses": losses,
     }))

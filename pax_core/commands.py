@@ -57,6 +57,8 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     status, step = "failed", 0
     try:
+        loop = TrainLoop(run, checkpointer, host, peak_tflops=peak_tflops,
+                         profile_steps=profile_steps)
         state, step = restore_or_init(host, run, checkpointer)
         config_text = _config_text(run.resolved, host)
         if primary:
@@ -67,9 +69,7 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
                        jax.process_index(), jax.process_count())
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
         try:
-            loop = TrainLoop(run, checkpointer, loggers, host, info, peak_tflops=peak_tflops,
-                             profile_steps=profile_steps)
-            _, step, status = loop.run_loop(state, config_text)
+            _, step, status = loop.run_loop(state, info, loggers, config_text)
         finally:
             loggers.close()
             notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)

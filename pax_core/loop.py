@@ -50,12 +50,12 @@ def _stop_on_signals(flag: dict[str, bool]):
 class TrainLoop:
     """Steps, summaries, evals and checkpoints of one invocation of ``pax train``."""
 
-    def __init__(self, run: Run, checkpointer: Checkpointer, loggers: LoggerGroup,
-                 host: PluginHost, info: RunInfo, *, peak_tflops: float | None = None,
-                 profile_steps: tuple[int, int] | None = None):
-        self.run, self.checkpointer, self.loggers = run, checkpointer, loggers
+    def __init__(self, run: Run, checkpointer: Checkpointer, host: PluginHost, *,
+                 peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None):
+        """Compiles the step. Build the loop before the train state: compiling then does not
+        compete with initialising or restoring for the host's cores."""
+        self.run, self.checkpointer = run, checkpointer
         self.host, self.pm = host, host.pm
-        self.info = info
         self.settings = run.task.train
         started = time.perf_counter()
         self.train_step = self._compile()
@@ -66,8 +66,7 @@ class TrainLoop:
             device_peak(list(mesh.devices.flat), peak_tflops), mesh.size)
         self.evaluator = Evaluator(run, host)
         self.clock = StepClock()
-        self.profiler = StepProfiler(profile_steps, info.job_dir)
-        self._last_summary_step = info.start_step
+        self.profile_steps = profile_steps
         self._first_step_sec: float | None = None
         self._uncommitted: list[int] = []
 
@@ -136,17 +135,23 @@ class TrainLoop:
             raise self.host.provider_error("input", self.run.train_input, e) from e
         return self.run.partitioner.global_batch(local)
 
-    def run_loop(self, state: TrainState, config_text: str) -> tuple[TrainState, int, str]:
+    def run_loop(self, state: TrainState, info: RunInfo, loggers: LoggerGroup,
+                 config_text: str) -> tuple[TrainState, int, str]:
         """Train from ``info.start_step`` to ``num_train_steps``; returns (state, step, status)."""
-        step, total = self.info.start_step, self.settings.num_train_steps
+        self.info, self.loggers = info, loggers
+        step, total = info.start_step, self.settings.num_train_steps
+        self._last_summary_step = step
+        profiler = StepProfiler(self.profile_steps, info.job_dir)
         self.loggers.start(experiment=self.info.experiment, start_step=step,
                            num_train_steps=total, hparams=self._hparams())
         self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
-        self.profiler.check_window(step, total)
+        profiler.check_window(step, total)
         inflight: collections.deque = collections.deque()
         flag = {"stop": False}
-        clock, profiler = self.clock, self.profiler
+        clock = self.clock
+        # The first step's time is its own: the state (initialised or restored) is ready first.
+        jax.block_until_ready(state)
         clock.restart()
         with _stop_on_signals(flag):
             while step < total and not flag["stop"]:

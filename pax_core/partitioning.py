@@ -159,12 +159,17 @@ class DataParallel(Partitioner):
     each device a slice of the batch, gradients averaged across devices.
 
     Steps are written per shard with ``shard_map`` and explicit collectives over the one mesh
-    axis, ``data``, as Pax's pmap path is. An experiment that declares a mesh may only use its
-    batch axes (``replica``, ``data``) here: splitting parameters needs the SPMD partitioner.
+    axis, ``data``, as Pax's pmap path is; on one device they are compiled as they are, with no
+    collectives (the per-shard wrapper costs compile time and nothing else there). An
+    experiment that declares a mesh may only use its batch axes (``replica``, ``data``) here:
+    splitting parameters needs the SPMD partitioner.
     """
 
     BATCH_AXES = ("replica", "data")
-    reduction = AxisReduction("data")
+
+    @property
+    def reduction(self) -> Reduction:
+        return AxisReduction("data") if self.mesh.size > 1 else Reduction()
 
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
         shape = self.declared_mesh(experiment, len(devices)) or {}
@@ -184,6 +189,9 @@ class DataParallel(Partitioner):
 
     def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
                      out_shardings: Any, donate_state: bool = False) -> Callable:
+        if self.mesh.size == 1:
+            return super().compile_step(fn, state_shardings, batch_shardings, out_shardings,
+                                        donate_state)
         # Without JAX's varying-axes tracking, gradients stay per shard (as under pmap) and the
         # step averages them itself; the tracking also rejects some of jax 0.12's primitives.
         per_shard = jax.shard_map(fn, mesh=self.mesh,
