@@ -54,6 +54,8 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks; results are written under bench/results/."""
+    """Benchmarks (about 5 minutes): CLI start-up, and `pax train` against a bare loop;
+    results under bench/results/. Arguments go to bench/train_speed.py."""
     session.install(*PACKAGES)
-    session.run("python", "bench/cli_startup.py", *session.posargs)
+    session.run("python", "bench/cli_startup.py")
+    session.run("python", "bench/train_speed.py", *session.posargs)

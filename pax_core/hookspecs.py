@@ -51,7 +51,9 @@ def pax_register_models() -> list[Component]:
     Returns a list of ``Component`` records. The factory is a Flax ``linen.Module`` class (or a
     function returning one) whose ``__call__(batch: dict[str, Array])`` returns a
     ``pax_core.model.ModelOutput`` (the loss to minimise, weighted metrics, and the number of
-    tokens the batch held). An experiment usually configures the class directly with
+    tokens the batch held). Optionally it counts its own training FLOPs for MFU:
+    ``flops_per_step(batch_spec) -> float`` and a versioned ``flops_formula`` name (see
+    ``pax_core.model``). An experiment usually configures the class directly with
     ``fdl.Config(MyModel, ...)``; the registered name makes it listable and buildable by name
     (``pax_core.plugins.PluginHost.components("models").get("mlp").build(...)``).
 

@@ -147,36 +147,11 @@ class TrainLoop:
         self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
         profiler.check_window(step, total)
-        inflight: collections.deque = collections.deque()
         flag = {"stop": False}
-        clock = self.clock
         # The first step's time is its own: the state (initialised or restored) is ready first.
         jax.block_until_ready(state)
-        clock.restart()
-        with _stop_on_signals(flag):
-            while step < total and not flag["stop"]:
-                batch = self._next_batch(step)
-                clock.charge("input")
-                with profiler.step(step + 1):
-                    state, metrics = self._step(state, batch)
-                step += 1
-                profiler.finished(step, metrics)
-                inflight.append(metrics["loss"])
-                if len(inflight) > self.settings.max_inflight_steps:
-                    inflight.popleft().block_until_ready()
-                if step == self.info.start_step + 1:
-                    self._time_first_step(metrics)
-                self.loggers.progress(step)
-                if step % self.settings.summary_interval_steps == 0 or step == total:
-                    self._summarise(step, metrics)
-                clock.charge("step")
-                if step % self.settings.eval_interval_steps == 0 and step < total:
-                    self._evaluate(step, state.params)
-                    clock.charge("eval")
-                if self.checkpointer.should_save(step):
-                    self._save(step, state)
-                    clock.charge("checkpoint")
-        profiler.stop()
+        with _stop_on_signals(flag), contextlib.closing(profiler):
+            state, step = self._steps(state, step, flag, profiler)
         status = "interrupted" if flag["stop"] else "completed"
         self._save(step, state)
         if status == "completed":
@@ -184,6 +159,36 @@ class TrainLoop:
         self.checkpointer.wait()
         self._announce_committed()
         return state, step, status
+
+    def _steps(self, state: TrainState, step: int, flag: dict[str, bool],
+               profiler: StepProfiler) -> tuple[TrainState, int]:
+        """Steps until ``num_train_steps`` or a stop request, with summaries, evals and saves."""
+        total, settings, clock = self.settings.num_train_steps, self.settings, self.clock
+        inflight: collections.deque = collections.deque()
+        clock.restart()
+        while step < total and not flag["stop"]:
+            batch = self._next_batch(step)
+            clock.charge("input")
+            with profiler.step(step + 1):
+                state, metrics = self._step(state, batch)
+            step += 1
+            profiler.finished(step, metrics)
+            inflight.append(metrics["loss"])
+            if len(inflight) > settings.max_inflight_steps:
+                inflight.popleft().block_until_ready()
+            if step == self.info.start_step + 1:
+                self._time_first_step(metrics)
+            self.loggers.progress(step)
+            if step % settings.summary_interval_steps == 0 or step == total:
+                self._summarise(step, metrics)
+            clock.charge("step")
+            if step % settings.eval_interval_steps == 0 and step < total:
+                self._evaluate(step, state.params)
+                clock.charge("eval")
+            if self.checkpointer.should_save(step):
+                self._save(step, state)
+                clock.charge("checkpoint")
+        return state, step
 
     def _time_first_step(self, metrics: dict[str, jax.Array]) -> None:
         """Compiling plus running the first step: what a user waits for before training."""

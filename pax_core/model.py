@@ -4,6 +4,10 @@ A Pax model is a Flax ``linen.Module`` that computes its own loss, as in Pax: ``
 train=...)`` returns a ``ModelOutput``. The loop differentiates ``loss``; ``metrics`` are
 weighted values (value, weight), so that averages over shards, microbatches and eval batches
 weigh each example or token correctly; a weight of None marks a count, which is summed instead.
+
+A model that also defines ``flops_per_step(batch_spec) -> float`` (training FLOPs of one global
+batch, given its ``ShapeDtypeStruct``s) and ``flops_formula`` (the formula's name with a version,
+``transformer-v1``) gets MFU in every run; see ``pax_core.flops``.
 """
 
 from __future__ import annotations

@@ -59,9 +59,10 @@ class StepProfiler:
         """Call after dispatching step ``number``; stops once the window's last step is done."""
         if self.tracing and number >= self.last:
             jax.block_until_ready(outputs)
-            self.stop()
+            self.close()
 
-    def stop(self) -> None:
+    def close(self) -> None:
+        """Stop the trace if it is running (the run ended inside the window)."""
         if self.tracing:
             self.tracing, self.done = False, True
             jax.profiler.stop_trace()

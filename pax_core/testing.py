@@ -7,6 +7,8 @@
 * the ``pax_host`` fixture (an isolated host) and ``register_plugin(host, obj)`` for a throwaway
   plugin that lives for one test.
 * ``cpu_mesh(shape, axis_names)`` — a ``jax.sharding.Mesh`` over the fake devices.
+* ``run_pax(*args)`` — the installed ``pax`` command as a user runs it, plugin failures fatal;
+  ``read_metrics(job_dir)`` — the records of its ``metrics.jsonl``.
 
 Importing this module does not import JAX.
 """
@@ -14,8 +16,12 @@ Importing this module does not import JAX.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +74,22 @@ def cpu_mesh(shape: Sequence[int], axis_names: Sequence[str]):
         raise RuntimeError(f"need {size} devices, JAX has {len(devices)}; call "
                            f"use_cpu_devices({size}) before JAX is imported")
     return Mesh(np.asarray(devices[:size]).reshape(shape), tuple(axis_names))
+
+
+def run_pax(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """Run ``pax ARGS`` from this interpreter's environment; a traceback fails the test (a user
+    mistake must be one line, and a crash is a bug)."""
+    pax = Path(sys.executable).with_name("pax")
+    result = subprocess.run([str(pax), *args], capture_output=True, text=True, timeout=timeout,
+                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every record of ``JOB_DIR/metrics.jsonl``, in order."""
+    lines = (Path(job_dir) / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]
 
 
 @pytest.fixture

@@ -4,41 +4,26 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import fiddle as fdl
 from fiddle.experimental import serialization
 
-PAX = Path(sys.executable).with_name("pax")
-
-
-def _pax(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(PAX), *args], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
-def _records(job_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
+from pax_core.testing import read_metrics, run_pax
 
 
 def test_train_learns_checkpoints_and_resumes(tmp_path):
     job_dir = tmp_path / "job"
-    first = _pax("train", "--plugin", "testplugin", "--exp", "TinyCounting",
-                 "--job-dir", str(job_dir))
+    first = run_pax("train", "--plugin", "testplugin", "--exp", "TinyCounting",
+                    "--job-dir", str(job_dir))
     assert first.returncode == 0, first.stderr
     assert "starting at step 0 of 60" in first.stdout
 
-    train = [r for r in _records(job_dir) if r["kind"] == "train"]
+    train = [r for r in read_metrics(job_dir) if r["kind"] == "train"]
     assert [r["step"] for r in train] == [10, 20, 30, 40, 50, 60]
     assert train[-1]["loss"] < 0.5 * train[0]["loss"]
     assert {"learning_rate", "grad_norm", "steps_per_sec", "examples_per_sec",
             "tokens_per_sec", "accuracy"} <= set(train[-1])
-    assert [r["step"] for r in _records(job_dir) if r["kind"] == "eval/test"] == [30, 60]
+    assert [r["step"] for r in read_metrics(job_dir) if r["kind"] == "eval/test"] == [30, 60]
     assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == ["40", "60"]
     assert any((job_dir / "summaries" / "train").iterdir())
     assert any((job_dir / "summaries" / "eval_test").iterdir())
@@ -53,33 +38,33 @@ def test_train_learns_checkpoints_and_resumes(tmp_path):
     assert run["plugins"]["testplugin"] == "pax-testplugin 0.1.0"
     assert {"jax", "flax", "optax", "orbax-checkpoint"} <= set(run["versions"])
 
-    second = _pax("train", "--plugin", "testplugin", "--exp", "TinyCounting",
-                  "--job-dir", str(job_dir), "--set", "NUM_TRAIN_STEPS=80")
+    second = run_pax("train", "--plugin", "testplugin", "--exp", "TinyCounting",
+                     "--job-dir", str(job_dir), "--set", "NUM_TRAIN_STEPS=80")
     assert second.returncode == 0, second.stderr
     assert "resuming from step 60 of 80" in second.stdout
-    steps = [r["step"] for r in _records(job_dir) if r["kind"] == "train"]
+    steps = [r["step"] for r in read_metrics(job_dir) if r["kind"] == "train"]
     assert steps[-2:] == [70, 80]
     assert sorted(p.name for p in (job_dir / "checkpoints").iterdir()) == ["60", "80"]
 
 
 def test_usage_mistake_is_one_line_and_exit_2(tmp_path):
-    result = _pax("train", "--exp", "TinyCountng", "--job-dir", str(tmp_path / "job"))
+    result = run_pax("train", "--exp", "TinyCountng", "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 2
     assert result.stderr.strip() == ("pax: error: unknown experiment 'TinyCountng'; "
                                      "closest: TinyCounting")
     assert not (tmp_path / "job").exists()
-    missing = _pax("train", "--exp", "TinyCounting")
+    missing = run_pax("train", "--exp", "TinyCounting")
     assert missing.returncode == 2
     assert "--job-dir" in missing.stderr
 
 
 def test_plugin_subcommand_is_listed_and_runs():
-    assert "counting-sample" in _pax("--help").stdout
-    result = _pax("counting-sample", "--rows", "2", "--seed", "3")
+    assert "counting-sample" in run_pax("--help").stdout
+    result = run_pax("counting-sample", "--rows", "2", "--seed", "3")
     assert result.returncode == 0, result.stderr
     rows = [[int(t) for t in line.split()] for line in result.stdout.splitlines()]
     assert len(rows) == 2
     for row in rows:
         strides = {(b - a) % 32 for a, b in itertools.pairwise(row)}
         assert len(strides) == 1 and strides <= {1, 2, 3}
-    assert _pax("counting-sample", "--rowz", "2").returncode == 2
+    assert run_pax("counting-sample", "--rowz", "2").returncode == 2

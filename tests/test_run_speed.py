@@ -5,39 +5,27 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-PAX = Path(sys.executable).with_name("pax")
+from pax_core.testing import read_metrics, run_pax
+
 MLP = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=40"]
-
-
-def _pax(*args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([str(PAX), *args], capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
-def _records(job_dir: Path) -> list[dict]:
-    return [json.loads(line) for line in (job_dir / "metrics.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
 def mlp_job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     job_dir = tmp_path_factory.mktemp("speed") / "job"
-    result = _pax("train", *MLP, "--job-dir", str(job_dir))
+    result = run_pax("train", *MLP, "--job-dir", str(job_dir))
     assert result.returncode == 0, result.stderr
     return job_dir, result
 
 
 def test_start_record_says_what_mfu_is_measured_against(mlp_job):
     job_dir, result = mlp_job
-    start = _records(job_dir)[0]
+    start = read_metrics(job_dir)[0]
     assert start["kind"] == "start" and start["step"] == 0
     assert start["flops_formula"] == "dense-v1"
     assert start["model_flops_per_step"] == 6 * 64 * (16 * 64 + 64 * 4)
@@ -51,9 +39,9 @@ def test_start_record_says_what_mfu_is_measured_against(mlp_job):
 
 def test_every_summary_has_utilisation_and_the_time_breakdown(mlp_job):
     job_dir, result = mlp_job
-    train = [r for r in _records(job_dir) if r["kind"] == "train"]
+    train = [r for r in read_metrics(job_dir) if r["kind"] == "train"]
     assert [r["step"] for r in train] == [20, 40]
-    start = _records(job_dir)[0]
+    start = read_metrics(job_dir)[0]
     for record in train:
         per_device = start["model_flops_per_step"] * record["steps_per_sec"] / 8 / 1e12
         assert record["model_tflops_per_device"] == pytest.approx(per_device)
@@ -84,10 +72,10 @@ def test_tensorboard_has_the_utilisation_curves_and_their_settings(mlp_job):
 
 
 def test_peak_tflops_overrides_the_device_peak(tmp_path):
-    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=20", "--peak-tflops", "0.5",
-                  "--job-dir", str(tmp_path / "job"))
+    result = run_pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=20", "--peak-tflops", "0.5",
+                     "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 0, result.stderr
-    start, train = _records(tmp_path / "job")[0], _records(tmp_path / "job")[1]
+    start, train = read_metrics(tmp_path / "job")[0], read_metrics(tmp_path / "job")[1]
     assert (start["peak_tflops_per_device"], start["peak_source"]) == (0.5, "--peak-tflops")
     assert train["mfu"] == pytest.approx(train["model_tflops_per_device"] / 0.5)
 
@@ -101,8 +89,8 @@ def _trace_events(job_dir: Path) -> list[dict]:
 
 def test_profile_steps_traces_the_window_with_step_annotations(tmp_path):
     job_dir = tmp_path / "job"
-    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=8", "--profile-steps", "3:5",
-                  "--job-dir", str(job_dir))
+    result = run_pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=8", "--profile-steps", "3:5",
+                     "--job-dir", str(job_dir))
     assert result.returncode == 0, result.stderr
     runs = list((job_dir / "profile" / "plugins" / "profile").iterdir())
     assert len(runs) == 1 and list(runs[0].glob("*.xplane.pb"))
@@ -113,15 +101,15 @@ def test_profile_steps_traces_the_window_with_step_annotations(tmp_path):
 
 @pytest.mark.parametrize("window", ["5", "0:3", "4:2", "a:b", "3:"])
 def test_a_bad_profile_window_is_refused_before_anything_is_written(tmp_path, window):
-    result = _pax("train", *MLP, "--profile-steps", window, "--job-dir", str(tmp_path / "job"))
+    result = run_pax("train", *MLP, "--profile-steps", window, "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 2
     assert f"--profile-steps '{window}': give START:END with 1 <= START <= END" in result.stderr
     assert not (tmp_path / "job").exists()
 
 
 def test_a_window_outside_the_run_is_reported(tmp_path):
-    result = _pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=4", "--profile-steps", "10:12",
-                  "--job-dir", str(tmp_path / "job"))
+    result = run_pax("train", *MLP, "--set", "NUM_TRAIN_STEPS=4", "--profile-steps", "10:12",
+                     "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 0, result.stderr
     assert "--profile-steps 10:12 traces nothing: this run does steps 1 to 4" in result.stderr
     assert not (tmp_path / "job" / "profile").exists()
