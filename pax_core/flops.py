@@ -11,7 +11,8 @@ XLA's cost analysis counts a ``while`` loop's body once, whatever its trip count
 layers and microbatch accumulation both compile to such loops. ``hardware_flops`` adds the
 missing iterations from the compiled HLO: for every loop with a known trip count it counts what
 its body runs (matrix products as 2 x output x contracted size, elementwise arithmetic and
-reductions as one FLOP per element, as XLA does) and adds that ``trip count - 1`` more times.
+reductions as one FLOP per element, as XLA does; a padded convolution's taps on the padding are
+counted, which XLA leaves out) and adds that ``trip count - 1`` more times.
 """
 
 from __future__ import annotations

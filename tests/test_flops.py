@@ -70,3 +70,25 @@ def test_mlp_formula_is_six_flops_per_weight_and_example():
     # The program skips the gradient of the input features that 6 x W counts, and adds the
     # optimizer's and the loss's elementwise work.
     assert 0.7 < counted.hardware / counted.model < 1.2
+
+
+def test_convolutions_in_a_loop_are_counted_like_unrolled_ones():
+    kernel = jnp.ones((3, 3, 8, 8))  # HWIO
+
+    def convs(unroll):
+        def fn(k, x):
+            def body(c, _):
+                out = jax.lax.conv_general_dilated(c, k, (1, 1), "SAME",
+                                                   dimension_numbers=("NHWC", "HWIO", "NHWC"))
+                return jnp.maximum(out, 0.0), None
+
+            return jax.lax.scan(body, x, None, length=3, unroll=unroll)[0].sum()
+
+        return fn
+
+    image = jnp.ones((2, 16, 16, 8))
+    compiled = _compiled(convs(False), kernel, image)
+    unrolled = hardware_flops(_compiled(convs(True), kernel, image), 1)
+    assert compiled.cost_analysis()["flops"] < 0.4 * unrolled
+    # XLA leaves out the kernel taps that fall on padding; the correction counts them all.
+    assert unrolled <= hardware_flops(compiled, 1) < 1.1 * unrolled
