@@ -48,12 +48,13 @@ def _stop_on_signals(flag: dict[str, bool]):
 
 
 class TrainLoop:
-    """Steps, summaries, evals and checkpoints of one invocation of ``pax train``."""
+    """Steps, summaries, evals and checkpoints of one invocation of ``pax train``: built (which
+    compiles the step) before the train state exists, then ``run_loop`` from that state."""
 
     def __init__(self, run: Run, checkpointer: Checkpointer, host: PluginHost, *,
                  peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None):
-        """Compiles the step. Build the loop before the train state: compiling then does not
-        compete with initialising or restoring for the host's cores."""
+        # Compiling before the state exists keeps the compiler from competing with an
+        # initialisation running in the background for the host's cores.
         self.run, self.checkpointer = run, checkpointer
         self.host, self.pm = host, host.pm
         self.settings = run.task.train
