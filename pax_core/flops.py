@@ -27,7 +27,6 @@ import jax
 _COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .* \{$")
 _PARAM = re.compile(r"([\w.\-]+): ([a-z0-9]+\[[\d,]*\])")
 _INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$")
-_ARRAY_SHAPE = re.compile(r"[a-z0-9]+\[[\d,]*\]")
 _OPCODE = re.compile(r"(?:^|[\s}])([a-z][\w\-]*)\((?=%|\))")
 _SHAPE = re.compile(r"[a-z0-9]+\[([\d,]*)\]")
 _OPERANDS = re.compile(r"%([\w.\-]+)")
@@ -59,6 +58,11 @@ def _dims(shape: str) -> list[int]:
     return [int(d) for d in match.group(1).split(",") if d] if match else []
 
 
+def _operands(rest: str) -> list[str]:
+    """Operand names of an instruction, from the text after its opcode's parenthesis."""
+    return _OPERANDS.findall(rest.split(")", 1)[0])
+
+
 @dataclasses.dataclass
 class _Computation:
     flops: float = 0.0  # of this computation's own instructions, callees not included
@@ -69,7 +73,7 @@ class _Computation:
 def _product_flops(op: str, out_shape: str, rest: str, shapes: dict[str, list[int]]) -> float:
     """2 x output elements x contracted size, for a ``dot`` or a ``convolution``."""
     out = math.prod(_dims(out_shape))
-    operands = _OPERANDS.findall(rest.split(")", 1)[0])
+    operands = _operands(rest)
     if op == "dot":
         contracting = _LHS_CONTRACTING.search(rest)
         lhs = shapes.get(operands[0]) if operands else None
@@ -106,7 +110,7 @@ def _parse(hlo_text: str) -> tuple[dict[str, _Computation], str | None]:
         if not instruction:
             continue
         name, rhs = instruction.groups()
-        shape = _ARRAY_SHAPE.match(rhs)
+        shape = _SHAPE.match(rhs)
         shape = shape.group(0) if shape else ""
         shapes[name] = _dims(shape)
         opcode = _OPCODE.search(rhs)
@@ -117,10 +121,8 @@ def _parse(hlo_text: str) -> tuple[dict[str, _Computation], str | None]:
             current.flops += _product_flops(op, shape, rest, shapes)
         elif op in _ELEMENTWISE:
             current.flops += math.prod(_dims(shape))
-        elif op == "reduce":
-            operands = _OPERANDS.findall(rest.split(")", 1)[0])
-            if operands and operands[0] in shapes:
-                current.flops += math.prod(shapes[operands[0]])
+        elif op == "reduce" and (operands := _operands(rest)) and operands[0] in shapes:
+            current.flops += math.prod(shapes[operands[0]])
         if op == "while":
             body, trips = _BODY.search(rest), _TRIP_COUNT.search(rest)
             if body and trips:

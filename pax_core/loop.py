@@ -73,7 +73,7 @@ class TrainLoop:
 
     def _compile(self) -> Any:
         try:
-            return self.run.compile_train_step().lower(*self.run.abstract_step_args()).compile()
+            return self.run.compile_train_step()
         except PaxError:
             raise
         except Exception as e:

@@ -86,7 +86,7 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
     resolved = config.resolve(host, exp, plugin, set_items)
     run = build_run(host, resolved, devices[:num_devices], read_data=False)
     # Donated as on the accelerators being planned for, whatever the fake devices are.
-    compiled = run.compile_train_step(donate_state=True).lower(*run.abstract_step_args()).compile()
+    compiled = run.compile_train_step(donate_state=True)
     memory = compiled.memory_analysis()
     params_gib = _gib_per_device(run.abstract_state.params)
     opt_gib = _gib_per_device(run.abstract_state.opt_state)

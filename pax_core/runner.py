@@ -56,6 +56,13 @@ def start_runtime(host: PluginHost, platform: str | None,
     return devices
 
 
+def _donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:
+    """The devices' backend's choice; a platform without a registered backend donates."""
+    platform = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
+    backends = {e.name: e for e in host.components("backends")}
+    return backends[platform].build().donates_train_state if platform in backends else True
+
+
 def partitioner_name(experiment: Any) -> str:
     """The experiment's partitioner: its own choice, else Pax's (SPMD for a declared mesh)."""
     if experiment.PARTITIONER:
@@ -86,6 +93,7 @@ class Run:
     batch_spec: dict[str, jax.ShapeDtypeStruct]
     checkpointer: Registered
     loggers: list[Registered]
+    donates_train_state: bool
 
     @property
     def task(self) -> Task:
@@ -100,30 +108,21 @@ class Run:
         settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
         return self.checkpointer.build(directory, settings)
 
-    def compile_train_step(self, donate_state: bool | None = None) -> Any:
-        """``(state, batch) -> (state, metrics)``, compiled by the partitioner for this run.
-
-        By default the old state is donated (its buffers hold the new one) on accelerators,
-        where memory is what limits a model, and not on CPUs: XLA:CPU runs a donated step
-        about 20% slower (a 50M-parameter LM, ``bench/train_speed.py``) and a host has memory
-        to spare.
-        """
-        if donate_state is None:
-            donate_state = self.partitioner.mesh.devices.flat[0].platform != "cpu"
+    def compile_train_step(self, donate_state: bool | None = None) -> jax.stages.Compiled:
+        """``(state, batch) -> (state, metrics)``, compiled ahead of time by the partitioner for
+        this run's shapes and shardings. The old state is donated where the devices' backend
+        says so, unless ``donate_state`` decides."""
         learner, partitioner = self.task.train.learner, self.partitioner
         step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
                                learner.num_microbatches, partitioner.reduction)
-        return partitioner.compile_step(step, self.state_shardings,
-                                        self.batch_shardings(self.batch_spec),
-                                        (self.state_shardings, partitioner.replicated),
-                                        donate_state=donate_state)
-
-    def abstract_step_args(self) -> tuple[Any, dict[str, jax.ShapeDtypeStruct]]:
-        """The train step's arguments as shapes with shardings, for ahead-of-time compiling."""
-        shardings = self.batch_shardings(self.batch_spec)
-        batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=shardings[k])
+        donate = self.donates_train_state if donate_state is None else donate_state
+        batch_shardings = self.batch_shardings(self.batch_spec)
+        jitted = partitioner.compile_step(step, self.state_shardings, batch_shardings,
+                                          (self.state_shardings, partitioner.replicated),
+                                          donate_state=donate)
+        batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_shardings[k])
                  for k, v in self.batch_spec.items()}
-        return self.abstract_state, batch
+        return jitted.lower(self.abstract_state, batch).compile()
 
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings."""
@@ -200,7 +199,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
     return Run(resolved, job, partitioner, train_input, eval_inputs, tx, shardings, abstract,
-               batch_spec, checkpointer, loggers)
+               batch_spec, checkpointer, loggers, _donates_train_state(host, devices))
 
 
 def _ask(host: PluginHost, data: Input, question: Any) -> dict[str, Any]:

@@ -79,11 +79,12 @@ class Utilisation:
         return values
 
     def settings(self) -> dict[str, Any]:
-        """What the numbers were computed with, recorded once at the start of a run."""
+        """What the numbers were computed with, recorded once at the start of a run; None
+        where a count or the peak is unknown."""
         return {
-            "flops_formula": self.flops.formula or "none",
-            "model_flops_per_step": self.flops.model or 0.0,
-            "hardware_flops_per_step": self.flops.hardware or 0.0,
-            "peak_tflops_per_device": self.peak.tflops if self.peak else 0.0,
+            "flops_formula": self.flops.formula,
+            "model_flops_per_step": self.flops.model,
+            "hardware_flops_per_step": self.flops.hardware,
+            "peak_tflops_per_device": self.peak.tflops if self.peak else None,
             "peak_source": self.peak.source if self.peak else "unknown device kind",
         }

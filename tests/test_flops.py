@@ -63,7 +63,7 @@ def test_mlp_formula_is_six_flops_per_weight_and_example():
     host = isolated_host()
     run = build_run(host, config.resolve(host, "MlpSynthetic", None, []), jax.devices()[:1],
                     read_data=False)
-    compiled = run.compile_train_step().lower(*run.abstract_step_args()).compile()
+    compiled = run.compile_train_step()
     counted = step_flops(run.task.model, run.batch_spec, compiled, 1)
     assert counted.formula == "dense-v1"
     assert counted.model == 6 * 64 * (16 * 64 + 64 * 4)

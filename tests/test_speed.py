@@ -9,6 +9,7 @@ import pytest
 
 from pax_core import peak as peak_module
 from pax_core.flops import StepFlops
+from pax_core.loggers.console import speed_line
 from pax_core.peak import Peak, device_peak, measured_cpu_peak, table_peak
 from pax_core.speed import StepClock, Utilisation
 
@@ -61,9 +62,14 @@ def test_mfu_and_hfu_are_per_device_rates_over_the_device_peak():
 def test_without_a_formula_or_a_peak_only_what_is_known_is_reported():
     no_formula = Utilisation(StepFlops(None, None, 1e12), Peak(1e12, "x"), 1)
     assert no_formula.metrics(1.0) == {"hfu": 1.0}
+    assert no_formula.settings()["model_flops_per_step"] is None
+    assert "model FLOPs per step unknown (the model has no FLOP formula)" in speed_line(
+        no_formula.settings())
     no_peak = Utilisation(StepFlops(2e12, "f", 1e12), None, 2)
     assert no_peak.metrics(1.0) == {"model_tflops_per_device": 1.0}
     assert no_peak.settings()["peak_source"] == "unknown device kind"
+    assert "no peak FLOP/s (unknown device kind; set --peak-tflops)" in speed_line(
+        no_peak.settings())
 
 
 @pytest.mark.parametrize(("kind", "tflops"), [

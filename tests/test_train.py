@@ -206,3 +206,15 @@ def test_failing_eval_input_stops_the_run_naming_its_plugin(host, tmp_path, monk
     with pytest.raises(RunError, match="input CountingInput from plugin 'testplugin' "
                                        r"\(pax-testplugin 0.1.0\) failed: ValueError: corrupt"):
         commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
+
+
+def test_the_cpu_backend_keeps_the_old_state(host):
+    """Donation is the backend's choice: XLA:CPU runs donated steps slower."""
+    run = _run(host, jax.devices())
+    assert run.donates_train_state is False
+    state = run.init_state()
+    run.compile_train_step()(state, run.partitioner.global_batch(run.train_input.get_next()))
+    assert not any(leaf.is_deleted() for leaf in jax.tree.leaves(state.params))
+    donated = run.compile_train_step(donate_state=True)
+    donated(state, run.partitioner.global_batch(run.train_input.get_next()))
+    assert all(leaf.is_deleted() for leaf in jax.tree.leaves(state.params))

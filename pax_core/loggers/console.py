@@ -38,13 +38,16 @@ def speed_line(hparams: Mapping[str, Any]) -> str | None:
     """What MFU and HFU are measured against, from the run's settings (``pax_core.speed``)."""
     if "peak_source" not in hparams:
         return None
-    peak = hparams["peak_tflops_per_device"]
-    against = f"{format_value(peak)} TFLOP/s per device ({hparams['peak_source']})" if peak \
-        else f"no peak FLOP/s ({hparams['peak_source']}; set --peak-tflops)"
-    return (f"speed: MFU and HFU against {against}; model FLOPs per step "
-            f"{format_value(hparams['model_flops_per_step'])} by formula "
-            f"{hparams['flops_formula']}, hardware FLOPs per step "
-            f"{format_value(hparams['hardware_flops_per_step'])} by XLA cost analysis")
+    peak, model, hardware = (hparams[k] for k in ("peak_tflops_per_device",
+                                                    "model_flops_per_step",
+                                                    "hardware_flops_per_step"))
+    against = f"{format_value(peak)} TFLOP/s per device ({hparams['peak_source']})" \
+        if peak is not None else f"no peak FLOP/s ({hparams['peak_source']}; set --peak-tflops)"
+    model_text = (f"{format_value(model)} by formula {hparams['flops_formula']}"
+                  if model is not None else "unknown (the model has no FLOP formula)")
+    hardware_text = format_value(hardware) if hardware is not None else "unknown"
+    return (f"speed: MFU and HFU against {against}; model FLOPs per step {model_text}, "
+            f"hardware FLOPs per step {hardware_text} by XLA cost analysis")
 
 
 class _LatestColumn(ProgressColumn):

@@ -17,7 +17,7 @@ def _flops(*overrides: str):
     host = PluginHost()
     resolved = config.resolve(host, "TinyLmForTests", "lm", list(overrides))
     run = build_run(host, resolved, jax.devices()[:1], read_data=False)
-    compiled = run.compile_train_step().lower(*run.abstract_step_args()).compile()
+    compiled = run.compile_train_step()
     xla = compiled.cost_analysis()["flops"]
     return step_flops(run.task.model, run.batch_spec, compiled, 1), xla, run
 
