@@ -18,8 +18,8 @@ import jax
 import numpy as np
 import optax
 
-from pax_core import config
-from pax_core.plugins import PluginHost
+from pax_core.config import resolve as config
+from pax_core.plugins.host import PluginHost
 
 
 def main() -> None:

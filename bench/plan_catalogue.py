@@ -17,8 +17,8 @@ from pathlib import Path
 
 SCRIPT = """
 import json, sys
-from pax_core import plan
-from pax_core.plugins import PluginHost
+from pax_core.parallel import plan
+from pax_core.plugins.host import PluginHost
 plan.use_fake_devices(int(sys.argv[1]))
 host = PluginHost()
 for name in sys.argv[3:]:

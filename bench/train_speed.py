@@ -109,7 +109,7 @@ def matmul_peaks() -> dict[str, float]:
     os.environ["JAX_PLATFORMS"] = "cpu"
     import jax.numpy as jnp
 
-    from pax_core.peak import matmul_flops_per_sec
+    from pax_core.speed.peak import matmul_flops_per_sec
 
     return {name: max(matmul_flops_per_sec(dtype, size) for size in (1024, 2048))
             for name, dtype in (("float32", jnp.float32), ("bfloat16", jnp.bfloat16))}

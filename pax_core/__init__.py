@@ -4,7 +4,7 @@ Importing this package is cheap on purpose (no JAX): the command line lists plug
 help without starting an accelerator runtime.
 """
 
-from pax_core.hookspecs import hookimpl
+from pax_core.plugins.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 __all__ = ["__version__", "hookimpl"]

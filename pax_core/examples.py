@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_core.experiment import Experiment
+from pax_core.config.experiment import Experiment
+from pax_core.config.optimizers import Adam
+from pax_core.config.schedules import LinearRampupCosineDecay
+from pax_core.config.task import Learner, Task, Train
 from pax_core.inputs.synthetic import SyntheticInput
 from pax_core.models.mlp import MlpClassifier
-from pax_core.optimizers import Adam
-from pax_core.schedules import LinearRampupCosineDecay
-from pax_core.task import Learner, Task, Train
 
 
 class MlpSynthetic(Experiment):

@@ -19,12 +19,14 @@ import fiddle as fdl
 import pytest
 from fiddle.experimental import serialization
 
-from pax_core import config, hookimpl, overrides
+from pax_core import hookimpl
 from pax_core.cli.main import main
-from pax_core.components import ExperimentRef
+from pax_core.config import overrides
+from pax_core.config import resolve as config
+from pax_core.config.optimizers import Adam
+from pax_core.config.task import Train
 from pax_core.errors import UsageError
-from pax_core.optimizers import Adam
-from pax_core.task import Train
+from pax_core.plugins.records import ExperimentRef
 from pax_core.testing import isolated_host, register_plugin
 
 SCHEDULE = "task.train.learner.optimizer.lr_schedule"
@@ -240,7 +242,7 @@ def test_file_colon_class_loads_a_users_own_file(host, tmp_path, monkeypatch):
         ("exps/missing.py:Small", "no such file exps/missing.py"),
         ("pax_core.examples:Missing", "pax_core.examples has no attribute 'Missing'"),
         ("pax_core.missing:Small", "importing pax_core.missing failed: ModuleNotFoundError"),
-        ("pax_core.examples:fdl", "fdl is not a pax_core.experiment.Experiment class"),
+        ("pax_core.examples:fdl", "fdl is not a pax_core.Experiment class"),
         (":MlpSynthetic", "expected module:Class or path/to/file.py:Class"),
     ],
 )

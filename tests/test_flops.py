@@ -6,9 +6,9 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pax_core import config
-from pax_core.flops import hardware_flops, loop_correction, step_flops
-from pax_core.runner import build_run
+from pax_core.config import resolve as config
+from pax_core.run.build import build_run
+from pax_core.speed.flops import hardware_flops, loop_correction, step_flops
 from pax_core.testing import isolated_host
 
 W = jnp.ones((128, 128))

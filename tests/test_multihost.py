@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from pax_core.distributed import DistributedOptions, detected_cluster
 from pax_core.errors import UsageError
+from pax_core.parallel.processes import DistributedOptions, detected_cluster
 
 PAX = str(Path(sys.executable).with_name("pax"))
 TRAIN = ["pax", "train", "--exp", "TinyCounting", "--set", "NUM_TRAIN_STEPS=20"]

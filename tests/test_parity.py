@@ -9,8 +9,8 @@ import jax
 import numpy as np
 import pytest
 
-from pax_core import config
-from pax_core.runner import build_run
+from pax_core.config import resolve as config
+from pax_core.run.build import build_run
 from pax_core.testing import isolated_host
 
 STEPS = 5

@@ -12,10 +12,10 @@ import textwrap
 import pytest
 
 from pax_core import hookimpl
-from pax_core.components import Component, ExperimentRef
 from pax_core.errors import RunError, UsageError
-from pax_core.events import RunInfo, notify
-from pax_core.plugins import PluginHost, PluginSelection
+from pax_core.plugins.host import PluginHost, PluginSelection
+from pax_core.plugins.notify import RunInfo, notify
+from pax_core.plugins.records import Component, ExperimentRef
 from pax_core.testing import isolated_host, register_plugin
 
 
@@ -217,7 +217,7 @@ def test_two_plugins_with_one_command_name(tmp_path):
         _fake_distribution(site, name, f"""
             import typer
             from pax_core import hookimpl
-            from pax_core.components import Component
+            from pax_core.plugins.records import Component
 
             def hello():
                 typer.echo("{word}")

@@ -16,7 +16,11 @@ import numpy as np
 import pytest
 
 from pax_core.cli.main import main
-from pax_core.schedules import Constant, LinearRampupCosineDecay, LinearRampupExponentialDecay
+from pax_core.config.schedules import (
+    Constant,
+    LinearRampupCosineDecay,
+    LinearRampupExponentialDecay,
+)
 
 STEPS = [0, 5, 10, 15, 20, 30, 40, 100]
 RAMP = dict(warmup_steps=10, decay_start=20, decay_end=40, max=2.0)

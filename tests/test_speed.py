@@ -7,11 +7,11 @@ import json
 import jax
 import pytest
 
-from pax_core import peak as peak_module
-from pax_core.flops import StepFlops
 from pax_core.loggers.console import speed_line
-from pax_core.peak import Peak, device_peak, measured_cpu_peak, table_peak
-from pax_core.speed import StepClock, Utilisation
+from pax_core.speed import peak as peak_module
+from pax_core.speed.clock import StepClock, Utilisation
+from pax_core.speed.flops import StepFlops
+from pax_core.speed.peak import Peak, device_peak, measured_cpu_peak, table_peak
 
 
 class FakeTime:
@@ -25,7 +25,7 @@ class FakeTime:
 @pytest.fixture
 def fake_time(monkeypatch):
     clock = FakeTime()
-    monkeypatch.setattr("pax_core.speed.time.perf_counter", clock)
+    monkeypatch.setattr("pax_core.speed.clock.time.perf_counter", clock)
     return clock
 
 

@@ -6,7 +6,7 @@ import jax
 import pytest
 
 from pax_core import hookimpl
-from pax_core.components import Component
+from pax_core.plugins.records import Component
 from pax_core.testing import cpu_mesh, register_plugin
 
 

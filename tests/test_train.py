@@ -12,9 +12,11 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pax_core import commands, config, hookimpl
+from pax_core import hookimpl
+from pax_core.config import resolve as config
 from pax_core.errors import RunError, UsageError
-from pax_core.runner import build_run
+from pax_core.run import commands
+from pax_core.run.build import build_run
 from pax_core.testing import isolated_host, register_plugin
 
 TEST_PLUGIN = importlib.import_module("pax_testplugin.plugin")

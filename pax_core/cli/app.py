@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from pax_core.errors import warn
-from pax_core.plugins import PluginHost
+from pax_core.plugins.host import PluginHost
 
 PluginOpt = Annotated[str | None, typer.Option(
     "--plugin", "-p", metavar="PLUGIN",
@@ -78,7 +78,7 @@ def experiments_command(ctx: typer.Context, plugin: PluginOpt = None,
 def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
                    set_items: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Print the resolved configuration of an experiment, overrides applied."""
-    from pax_core import config
+    from pax_core.config import resolve as config
 
     resolved = config.resolve(_host(ctx), exp, plugin, set_items or [])
     resolved.build()
@@ -105,9 +105,9 @@ def train_command(
     process_id: ProcessIdOpt = None,
 ) -> None:
     """Train an experiment, or resume it from the latest checkpoint in --job-dir."""
-    from pax_core import commands
-    from pax_core.distributed import DistributedOptions
-    from pax_core.profiling import parse_steps
+    from pax_core.parallel.processes import DistributedOptions
+    from pax_core.run import commands
+    from pax_core.speed.profiling import parse_steps
 
     window = parse_steps(profile_steps) if profile_steps is not None else None
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
@@ -135,9 +135,9 @@ def eval_command(
 
     import jax
 
-    from pax_core import commands
-    from pax_core.distributed import DistributedOptions
     from pax_core.loggers.console import format_line
+    from pax_core.parallel.processes import DistributedOptions
+    from pax_core.run import commands
 
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
@@ -166,8 +166,8 @@ def plan_command(
 ) -> None:
     """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
     parameters, FLOPs and per-device memory."""
-    from pax_core import plan as planning
     from pax_core.cli import listing
+    from pax_core.parallel import plan as planning
 
     host = _host(ctx)
     planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
@@ -194,8 +194,8 @@ def launch_command(
     port), the process count and its index, and its output is prefixed with [p<i>]. When one
     fails, the others are stopped; the exit code is the first failure's.
     """
-    from pax_core import launch
-    from pax_core.distributed import parse_count
+    from pax_core.parallel import launch
+    from pax_core.parallel.processes import parse_count
 
     count = parse_count(processes, "--processes", 1)
     devices = parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None else None

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from pax_core.plugins import PluginHost
+from pax_core.plugins.host import PluginHost
 
 _STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red"}
 

@@ -5,7 +5,7 @@ start JAX. Commands import the training machinery when they run.
 
 Exit codes: 0 success; 2 a usage or configuration mistake (one line on stderr, nothing written);
 1 a failure during a run. A process of a multi-process run that fails does not wait long for the
-others to finish (``pax_core.distributed``).
+others to finish (``pax_core.parallel.processes``).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import traceback
 
 import typer
 
-from pax_core import distributed
 from pax_core.cli import app as app_module
 from pax_core.errors import PaxError
-from pax_core.plugins import PluginHost, PluginSelection
+from pax_core.parallel import processes as distributed
+from pax_core.plugins.host import PluginHost, PluginSelection
 
 GLOBAL_OPTIONS = ("--plugins", "--disable-plugins")
 

@@ -35,7 +35,7 @@ def format_line(step: int, kind: str, metrics: Mapping[str, float]) -> str:
 
 
 def speed_line(hparams: Mapping[str, Any]) -> str | None:
-    """What MFU and HFU are measured against, from the run's settings (``pax_core.speed``)."""
+    """What MFU and HFU are measured against, from the run's settings (``pax_core.speed.clock``)."""
     if "peak_source" not in hparams:
         return None
     peak, model, hardware = (hparams[k] for k in ("peak_tflops_per_device",

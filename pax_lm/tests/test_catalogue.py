@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pax_core import config
+from pax_core.config import resolve as config
 from pax_core.errors import UsageError
 from pax_core.testing import isolated_host
 from pax_lm.catalogue import EXPERIMENTS

@@ -17,8 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pax_core import commands
 from pax_core.errors import UsageError
+from pax_core.run import commands
 from pax_core.testing import isolated_host
 from pax_lm.decoding import SamplingSettings, _filter_logits, generate
 from pax_lm.experiments.quickstart import TinyLmForTests

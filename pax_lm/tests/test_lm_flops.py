@@ -6,10 +6,10 @@ from __future__ import annotations
 import jax
 import pytest
 
-from pax_core import config
-from pax_core.flops import step_flops
-from pax_core.plugins import PluginHost
-from pax_core.runner import build_run
+from pax_core.config import resolve as config
+from pax_core.plugins.host import PluginHost
+from pax_core.run.build import build_run
+from pax_core.speed.flops import step_flops
 
 
 def _flops(*overrides: str):

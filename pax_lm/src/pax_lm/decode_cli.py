@@ -28,7 +28,7 @@ def decode(
     platform: PlatformOpt = None,
 ) -> None:
     """Continue a prompt with the latest checkpoint in --job-dir (KV-cached decoding)."""
-    from pax_core.commands import restore_latest
+    from pax_core.run.commands import restore_latest
     from pax_lm.decoding import SamplingSettings, generate
 
     settings = SamplingSettings(max_decode_steps, temperature, top_k, top_p, seed)

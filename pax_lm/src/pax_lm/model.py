@@ -8,7 +8,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import optax
 
-from pax_core.model import ModelOutput
+from pax_core.models.output import ModelOutput
 from pax_transformer.model import FLOPS_FORMULA_VERSION, train_flops_per_token
 
 

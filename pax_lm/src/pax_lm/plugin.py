@@ -1,7 +1,7 @@
 """Entry point of pax-lm: registrations only, nothing heavy imported."""
 
 from pax_core import hookimpl
-from pax_core.components import Component
+from pax_core.plugins.records import Component
 from pax_lm.catalogue import EXPERIMENTS
 
 

@@ -11,11 +11,15 @@ import math
 
 import fiddle as fdl
 
-from pax_core.experiment import Experiment
+from pax_core.config.experiment import Experiment
+from pax_core.config.optimizers import Adam
+from pax_core.config.schedules import (
+    Constant,
+    LinearRampupCosineDecay,
+    LinearRampupExponentialDecay,
+)
+from pax_core.config.task import Learner, Task, Train
 from pax_core.inputs.synthetic import SyntheticInput
-from pax_core.optimizers import Adam
-from pax_core.schedules import Constant, LinearRampupCosineDecay, LinearRampupExponentialDecay
-from pax_core.task import Learner, Task, Train
 from pax_lm.model import LanguageModel
 from pax_transformer.model import TransformerLm
 

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 from pax_core import hookimpl
-from pax_core.components import Component
+from pax_core.plugins.records import Component
 
 
 @hookimpl

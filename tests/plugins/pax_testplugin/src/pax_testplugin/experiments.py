@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_core.experiment import Experiment
-from pax_core.optimizers import Adam
-from pax_core.schedules import LinearRampupExponentialDecay
-from pax_core.task import Learner, Task, Train
+from pax_core.config.experiment import Experiment
+from pax_core.config.optimizers import Adam
+from pax_core.config.schedules import LinearRampupExponentialDecay
+from pax_core.config.task import Learner, Task, Train
 from pax_testplugin.data import CountingInput
 from pax_testplugin.model import TinyLm
 

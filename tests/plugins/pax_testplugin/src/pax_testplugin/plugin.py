@@ -1,7 +1,7 @@
 """Entry point of the test plugin: registrations only, nothing heavy imported."""
 
 from pax_core import hookimpl
-from pax_core.components import Component, ExperimentRef
+from pax_core.plugins.records import Component, ExperimentRef
 
 
 @hookimpl

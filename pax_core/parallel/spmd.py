@@ -23,7 +23,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_core.errors import UsageError
-from pax_core.partitioning import Partitioner
+from pax_core.parallel.partitioner import Partitioner
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 

@@ -7,7 +7,7 @@ weigh each example or token correctly; a weight of None marks a count, which is 
 
 A model that also defines ``flops_per_step(batch_spec) -> float`` (training FLOPs of one global
 batch, given its ``ShapeDtypeStruct``s) and ``flops_formula`` (the formula's name with a version,
-``transformer-v1``) gets MFU in every run; see ``pax_core.flops``.
+``transformer-v1``) gets MFU in every run; see ``pax_core.speed.flops``.
 """
 
 from __future__ import annotations

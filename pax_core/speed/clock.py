@@ -7,7 +7,7 @@ the device: with asynchronous dispatch the device computes while the host waits 
 large input share means the device was starved only when the step share is small.
 
 ``Utilisation`` turns steps/s into MFU (model FLOPs over peak) and HFU (hardware FLOPs over
-peak), see ``pax_core.flops`` and ``pax_core.peak``.
+peak), see ``pax_core.speed.flops`` and ``pax_core.speed.peak``.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import dataclasses
 import time
 from typing import Any
 
-from pax_core.flops import StepFlops
-from pax_core.peak import Peak
+from pax_core.speed.flops import StepFlops
+from pax_core.speed.peak import Peak
 
 PHASES = ("input", "step", "checkpoint", "eval")
 

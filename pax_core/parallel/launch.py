@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 from typing import IO
 
-from pax_core.distributed import DistributedOptions
 from pax_core.errors import UsageError
+from pax_core.parallel.processes import DistributedOptions
 
 GRACE_S = 5
 # gloo prints "[Gloo] Rank i is connected to n peer ranks. Expected ..." for every communicator

@@ -9,20 +9,21 @@ from __future__ import annotations
 
 import jax
 
-from pax_core import config
-from pax_core.distributed import DistributedOptions, check_same_software
+from pax_core.config import resolve as config
 from pax_core.errors import RunError, UsageError
-from pax_core.evaluation import Evaluator
-from pax_core.events import RunInfo, notify
-from pax_core.jobdir import JobDir, library_versions
 from pax_core.loggers import LoggerGroup
-from pax_core.loop import TrainLoop
-from pax_core.plugins import PluginHost
-from pax_core.runner import Run, build_run, restore_or_init, start_runtime
-from pax_core.state import TrainState
+from pax_core.parallel.processes import DistributedOptions, check_same_software
+from pax_core.plugins.host import PluginHost
+from pax_core.plugins.notify import RunInfo, notify
+from pax_core.run.build import Run, build_run, restore_or_init
+from pax_core.run.evaluation import Evaluator
+from pax_core.run.jobdir import JobDir, library_versions
+from pax_core.run.loop import TrainLoop
+from pax_core.run.runtime import start_runtime
+from pax_core.run.state import TrainState
 
 
-def _config_text(resolved: config.ResolvedRun, host: PluginHost) -> str:
+def _config_text(resolved: config.ResolvedExperiment, host: PluginHost) -> str:
     header = [f"# experiment: {resolved.name}"]
     header += [f"# override: {o}" for o in resolved.overrides]
     header += [f"# plugin {n}: {v}" for n, v in host.active_versions().items()]
@@ -48,7 +49,7 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
 
     Every process of a multi-process run calls this; only process 0 writes the record and logs.
     ``peak_tflops`` replaces the device's peak in MFU; ``profile_steps`` is a window of steps
-    to trace (``pax_core.profiling``).
+    to trace (``pax_core.speed.profiling``).
     """
     jd = JobDir(job_dir)
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)

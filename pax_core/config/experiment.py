@@ -1,7 +1,7 @@
 """The experiment base class, shaped like Pax's.
 
 An experiment is a class with UPPER_CASE constants, a ``task()`` that returns an ``fdl.Config``
-of ``pax_core.task.Task``, and a ``datasets()`` that returns input configs (one with
+of ``pax_core.config.task.Task``, and a ``datasets()`` that returns input configs (one with
 ``is_training=True``; the others are evaluated). The mesh is declared on the class. Constants are
 the knobs: ``--set NUM_LAYERS=4`` makes a subclass with the new value before ``task()`` runs.
 """
@@ -20,7 +20,7 @@ class Experiment:
     the partitioner (None: ``spmd`` when a mesh is declared, else ``data_parallel``, as in Pax);
     ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``LOGICAL_AXIS_RULES`` maps the
     model's logical axis names to mesh axes for the SPMD partitioner (None: Pax's canonical
-    sharding, ``pax_core.spmd.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
+    sharding, ``pax_core.parallel.spmd.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
     distributions the experiment cannot run without (checked before anything is built).
     """
 
@@ -34,7 +34,7 @@ class Experiment:
     REQUIRED_PLUGINS: tuple[str, ...] = ()
 
     def task(self) -> Any:
-        """Return ``fdl.Config(pax_core.task.Task, model=..., train=...)``."""
+        """Return ``fdl.Config(pax_core.config.task.Task, model=..., train=...)``."""
         raise NotImplementedError(f"{type(self).__name__} must define task()")
 
     def datasets(self) -> list[Any]:

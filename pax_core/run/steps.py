@@ -14,9 +14,9 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pax_core.model import ModelOutput
-from pax_core.partitioning import Reduction
-from pax_core.state import TrainState
+from pax_core.models.output import ModelOutput
+from pax_core.parallel.partitioner import Reduction
+from pax_core.run.state import TrainState
 
 
 def _weighted_sums(metrics: dict[str, tuple[Any, Any]]) -> dict[str, tuple[jax.Array, Any]]:

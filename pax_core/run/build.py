@@ -1,66 +1,29 @@
-"""Putting a run together: runtime, mesh, inputs, model, components and a train state.
+"""Putting a run together: mesh, inputs, model, components and a train state.
 
-``pax train`` and ``pax eval`` share this; the loop itself is in ``pax_core.loop``. Everything a
+``pax train`` and ``pax eval`` share this; the loop itself is in ``pax_core.run.loop``. Everything a
 user can get wrong is checked in ``build_run``, before anything is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 import flax.linen as nn
 import jax
 import numpy as np
 
-from pax_core.checkpointing import Checkpointer, CheckpointSettings
-from pax_core.components import Registered
-from pax_core.config import ResolvedRun
-from pax_core.distributed import DistributedOptions, join_processes
+from pax_core.checkpointers.base import Checkpointer, CheckpointSettings
+from pax_core.config.resolve import ResolvedExperiment
+from pax_core.config.task import Job, Task
 from pax_core.errors import PaxError, RunError, UsageError
 from pax_core.inputs.base import Input
-from pax_core.partitioning import Partitioner
-from pax_core.plugins import PluginHost
-from pax_core.state import TrainState, logical_axes, make_init_fn
-from pax_core.steps import make_train_step
-from pax_core.task import Job, Task
-
-# JAX's platform names that one backend serves.
-_PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
-
-
-def start_runtime(host: PluginHost, platform: str | None,
-                  distributed: DistributedOptions | None = None) -> list[jax.Device]:
-    """Join the run's other processes, prepare the runtime, start JAX, and check the devices.
-
-    With a named platform (``--platform`` or ``JAX_PLATFORMS``) only its backend prepares; with
-    none, every installed backend prepares (each touches only its own platform's settings),
-    since which platform JAX will pick is known only once it has started.
-    """
-    join_processes(distributed)
-    name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
-    backends = {e.name: e for e in host.components("backends")}
-    chosen = _PLATFORM_ALIASES.get(name, name) if name else None
-    prepared = {n: e.build() for n, e in backends.items() if chosen in (None, n)}
-    for backend in prepared.values():
-        backend.prepare()
-    try:
-        devices = jax.devices(name) if name else jax.devices()
-    except RuntimeError as e:
-        raise UsageError(f"platform '{name}' is not available here: "
-                         f"{str(e).splitlines()[0]}") from e
-    detected = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
-    if detected in prepared:
-        prepared[detected].check(devices)
-    return devices
-
-
-def _donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:
-    """The devices' backend's choice; a platform without a registered backend donates."""
-    platform = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
-    backends = {e.name: e for e in host.components("backends")}
-    return backends[platform].build().donates_train_state if platform in backends else True
+from pax_core.parallel.partitioner import Partitioner
+from pax_core.plugins.host import PluginHost
+from pax_core.plugins.records import Registered
+from pax_core.run.runtime import donates_train_state
+from pax_core.run.state import TrainState, logical_axes, make_init_fn
+from pax_core.run.steps import make_train_step
 
 
 def partitioner_name(experiment: Any) -> str:
@@ -82,7 +45,7 @@ def component(host: PluginHost, kind: str, name: str, constant: str) -> Register
 class Run:
     """Everything a loop needs, built from a resolved experiment; nothing allocated yet."""
 
-    resolved: ResolvedRun
+    resolved: ResolvedExperiment
     job: Job
     partitioner: Partitioner
     train_input: Input
@@ -159,7 +122,7 @@ def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int
         )
 
 
-def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device], *,
+def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.Device], *,
               read_data: bool = True) -> Run:
     """Build the job's objects, the mesh and the shardings; allocate nothing on devices yet.
 
@@ -199,7 +162,7 @@ def build_run(host: PluginHost, resolved: ResolvedRun, devices: list[jax.Device]
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
     return Run(resolved, job, partitioner, train_input, eval_inputs, tx, shardings, abstract,
-               batch_spec, checkpointer, loggers, _donates_train_state(host, devices))
+               batch_spec, checkpointer, loggers, donates_train_state(host, devices))
 
 
 def _ask(host: PluginHost, data: Input, question: Any) -> dict[str, Any]:

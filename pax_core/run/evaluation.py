@@ -5,9 +5,9 @@ from __future__ import annotations
 import jax
 
 from pax_core.errors import RunError
-from pax_core.plugins import PluginHost
-from pax_core.runner import Run
-from pax_core.steps import make_eval_step
+from pax_core.plugins.host import PluginHost
+from pax_core.run.build import Run
+from pax_core.run.steps import make_eval_step
 
 
 class Evaluator:

@@ -9,14 +9,14 @@ A plugin is a module (named by an entry point in the ``pax`` group) with functio
 
     # pax_lm/plugin.py
     from pax_core import hookimpl
-    from pax_core.components import Component
+    from pax_core.plugins.records import Component
 
     @hookimpl
     def pax_register_models():
         return [Component("transformer_lm", "pax_lm.model:TransformerLm", "decoder-only LM")]
 
 Keep the plugin module small: ``pax plugins`` and ``pax --help`` import it, so it should import
-nothing heavier than ``pax_core.components``. Factories are ``"module:attribute"`` strings and are
+nothing heavier than ``pax_core.plugins.records``. Factories are ``"module:attribute"`` strings and are
 imported only when a run uses them.
 
 Two families of hooks:
@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
-    from pax_core.components import Component, ExperimentRef
-    from pax_core.events import RunInfo
+    from pax_core.plugins.notify import RunInfo
+    from pax_core.plugins.records import Component, ExperimentRef
 
 PROJECT = "pax"
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -50,12 +50,12 @@ def pax_register_models() -> list[Component]:
 
     Returns a list of ``Component`` records. The factory is a Flax ``linen.Module`` class (or a
     function returning one) whose ``__call__(batch: dict[str, Array])`` returns a
-    ``pax_core.model.ModelOutput`` (the loss to minimise, weighted metrics, and the number of
+    ``pax_core.models.output.ModelOutput`` (the loss to minimise, weighted metrics, and the number of
     tokens the batch held). Optionally it counts its own training FLOPs for MFU:
     ``flops_per_step(batch_spec) -> float`` and a versioned ``flops_formula`` name (see
-    ``pax_core.model``). An experiment usually configures the class directly with
+    ``pax_core.models.output``). An experiment usually configures the class directly with
     ``fdl.Config(MyModel, ...)``; the registered name makes it listable and buildable by name
-    (``pax_core.plugins.PluginHost.components("models").get("mlp").build(...)``).
+    (``pax_core.plugins.host.PluginHost.components("models").get("mlp").build(...)``).
 
     Example::
 
@@ -69,7 +69,7 @@ def pax_register_models() -> list[Component]:
 def pax_register_partitioners() -> list[Component]:
     """Register partitioners: strategies that place a run on the device mesh.
 
-    The factory takes no arguments and returns a ``pax_core.partitioning.Partitioner``. It builds
+    The factory takes no arguments and returns a ``pax_core.parallel.partitioner.Partitioner``. It builds
     the mesh from the experiment's declaration, gives the shardings of the train state and of a
     batch, and turns each process's batch into global arrays. Chosen by the experiment's
     ``PARTITIONER`` constant (``--set PARTITIONER=name``). Built in: ``data_parallel``.
@@ -104,7 +104,7 @@ def pax_register_checkpointers() -> list[Component]:
     """Register checkpoint back ends.
 
     The factory is called as ``factory(directory: str, settings: CheckpointSettings)`` and returns
-    a ``pax_core.checkpointing.Checkpointer`` (save a step, restore the latest onto given
+    a ``pax_core.checkpointers.base.Checkpointer`` (save a step, restore the latest onto given
     shardings, wait, close). A save must never leave a half-written step behind. Chosen by the
     experiment's ``CHECKPOINTER`` constant. Built in: ``orbax``.
     """
@@ -129,7 +129,7 @@ def pax_register_experiments() -> list[ExperimentRef]:
     and ``aliases`` (full dotted names users already know, such as Pax's
     ``tasks.lm.params.lm_cloud.LmCloudSpmd2B``). Look-up accepts the name, ``plugin/name``, any
     unique dotted suffix of the class path or an alias. The class derives from
-    ``pax_core.experiment.Experiment``.
+    ``pax_core.config.experiment.Experiment``.
 
     Example::
 
@@ -145,7 +145,7 @@ def pax_register_backends() -> list[Component]:
     """Register runtime set-up for a platform, named as JAX names it (``cpu``, ``gpu``, ``tpu``;
     ``cuda`` and ``rocm`` count as ``gpu``).
 
-    The factory takes no arguments and returns a ``pax_core.backends.Backend``: ``prepare()``
+    The factory takes no arguments and returns a ``pax_core.backends.base.Backend``: ``prepare()``
     runs before JAX starts its runtime (environment variables, XLA flags) and must touch only its
     own platform's settings; ``check(devices)`` runs after, on the platform JAX picked (refuse
     unusable devices with a ``UsageError``). With ``--platform`` or ``JAX_PLATFORMS`` only that

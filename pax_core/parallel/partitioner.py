@@ -1,10 +1,11 @@
-"""Where a run's arrays live: the partitioner interface and Pax's data-parallel path.
+"""Where a run's arrays live: the partitioner interface.
 
 The training loop talks only to this interface: the partitioner builds the mesh, gives the
 shardings of the train state (from each leaf's logical axis names) and of a batch, turns each
 process's numpy batch into global arrays, and compiles the init, train and eval computations.
 A new strategy is a new ``Partitioner`` registered through ``pax_register_partitioners``; the
-loop does not change. The SPMD partitioner is in ``pax_core.spmd``.
+loop does not change. The built-in strategies are ``pax_core.parallel.data_parallel`` and
+``pax_core.parallel.spmd``.
 """
 
 from __future__ import annotations
@@ -152,50 +153,3 @@ class Partitioner(abc.ABC):
                 f"--set ICI_MESH_SHAPE=[1,{num_devices},1])"
             )
         return shape
-
-
-class DataParallel(Partitioner):
-    """Pax's data-parallel path: parameters and optimizer state replicated on every device,
-    each device a slice of the batch, gradients averaged across devices.
-
-    Steps are written per shard with ``shard_map`` and explicit collectives over the one mesh
-    axis, ``data``, as Pax's pmap path is; on one device they are compiled as they are, with no
-    collectives (the per-shard wrapper costs compile time and nothing else there). An
-    experiment that declares a mesh may only use its batch axes (``replica``, ``data``) here:
-    splitting parameters needs the SPMD partitioner.
-    """
-
-    BATCH_AXES = ("replica", "data")
-
-    @property
-    def reduction(self) -> Reduction:
-        return AxisReduction("data") if self.mesh.size > 1 else Reduction()
-
-    def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
-        shape = self.declared_mesh(experiment, len(devices)) or {}
-        model_axes = {a: n for a, n in shape.items() if a not in self.BATCH_AXES and n > 1}
-        if model_axes:
-            raise UsageError(
-                f"PARTITIONER 'data_parallel' replicates parameters and cannot split mesh axes "
-                f"{model_axes}; set those axes to 1 in ICI_MESH_SHAPE or use PARTITIONER 'spmd'"
-            )
-        self.mesh = Mesh(np.asarray(devices).reshape(-1), ("data",))
-
-    def state_shardings(self, abstract_state: Any, logical_axes: Any) -> Any:
-        return jax.tree.map(lambda _: self.replicated, abstract_state)
-
-    def batch_sharding(self, ndim: int) -> NamedSharding:
-        return NamedSharding(self.mesh, PartitionSpec("data", *([None] * (ndim - 1))))
-
-    def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
-                     out_shardings: Any, donate_state: bool = False) -> Callable:
-        if self.mesh.size == 1:
-            return super().compile_step(fn, state_shardings, batch_shardings, out_shardings,
-                                        donate_state)
-        # Without JAX's varying-axes tracking, gradients stay per shard (as under pmap) and the
-        # step averages them itself; the tracking also rejects some of jax 0.12's primitives.
-        per_shard = jax.shard_map(fn, mesh=self.mesh,
-                                  in_specs=(PartitionSpec(), PartitionSpec("data")),
-                                  out_specs=PartitionSpec(), check_vma=False)
-        return super().compile_step(per_shard, state_shardings, batch_shardings, out_shardings,
-                                    donate_state)

@@ -43,10 +43,10 @@ import warnings
 from typing import TYPE_CHECKING, NoReturn
 
 from pax_core.errors import RunError, UsageError
-from pax_core.jobdir import library_versions
+from pax_core.run.jobdir import library_versions
 
 if TYPE_CHECKING:
-    from pax_core.plugins import PluginHost
+    from pax_core.plugins.host import PluginHost
 
 INITIALIZATION_TIMEOUT_S = 300
 HEARTBEAT_TIMEOUT_S = 60

@@ -3,7 +3,7 @@
 The experiment is built on as many fake CPU devices as its mesh declares, with abstract shapes
 only (no parameter is allocated and no data is read); its train step is lowered and compiled by
 XLA's SPMD partitioner exactly as for a real run. The report puts the model's own analytic
-FLOPs next to the compiled program's (``pax_core.flops``), and the per-device memory of
+FLOPs next to the compiled program's (``pax_core.speed.flops``), and the per-device memory of
 parameters, optimizer state and temporaries (from the compiled program) next to a device's
 memory.
 """
@@ -16,11 +16,13 @@ from typing import Any
 
 import jax
 
-from pax_core import config, flops, lookup, overrides
+from pax_core.config import lookup, overrides
+from pax_core.config import resolve as config
 from pax_core.errors import UsageError
-from pax_core.plugins import PluginHost
-from pax_core.runner import build_run
-from pax_core.state import count_params
+from pax_core.plugins.host import PluginHost
+from pax_core.run.build import build_run
+from pax_core.run.state import count_params
+from pax_core.speed import flops
 
 GIB = 1024**3
 
@@ -54,7 +56,7 @@ def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: li
                    default: int) -> int:
     """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
     data-parallel path uses every device), read from its constants before JAX starts."""
-    _, cls = lookup.resolve(host.components("experiments"), exp, plugin)
+    _, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
     return cls.mesh_size() or default

@@ -4,8 +4,8 @@ They go through the same hooks as any plugin, so a plugin can do everything the 
 ``pax plugins`` lists the built-ins like the rest.
 """
 
-from pax_core.components import Component, ExperimentRef
-from pax_core.hookspecs import hookimpl
+from pax_core.plugins.hookspecs import hookimpl
+from pax_core.plugins.records import Component, ExperimentRef
 
 
 @hookimpl
@@ -18,12 +18,12 @@ def pax_register_partitioners():
     return [
         Component(
             "data_parallel",
-            "pax_core.partitioning:DataParallel",
+            "pax_core.parallel.data_parallel:DataParallel",
             "Pax's pmap path: parameters replicated, batch split, gradients averaged",
         ),
         Component(
             "spmd",
-            "pax_core.spmd:Spmd",
+            "pax_core.parallel.spmd:Spmd",
             "sharding by logical axis rules over the experiment's ICI x DCN mesh",
         ),
     ]
@@ -45,7 +45,7 @@ def pax_register_checkpointers():
     return [
         Component(
             "orbax",
-            "pax_core.checkpointing:OrbaxCheckpointer",
+            "pax_core.checkpointers.orbax:OrbaxCheckpointer",
             "Orbax CheckpointManager: async, atomic, keeps the last N",
         )
     ]
@@ -77,4 +77,5 @@ def pax_register_experiments():
 
 @hookimpl
 def pax_register_backends():
-    return [Component("cpu", "pax_core.backends:CpuBackend", "host CPU (fake devices for tests)")]
+    return [Component("cpu", "pax_core.backends.cpu:CpuBackend",
+                      "host CPU (fake devices for tests)")]

@@ -14,15 +14,15 @@ import fiddle as fdl
 from fiddle import printing
 from fiddle.experimental import serialization
 
-from pax_core import lookup, overrides
+from pax_core.config import lookup, overrides
+from pax_core.config.experiment import Experiment
+from pax_core.config.task import Job
 from pax_core.errors import PaxError, UsageError
-from pax_core.experiment import Experiment
-from pax_core.plugins import PluginHost
-from pax_core.task import Job
+from pax_core.plugins.host import PluginHost
 
 
 @dataclasses.dataclass
-class ResolvedRun:
+class ResolvedExperiment:
     """An experiment with the user's overrides applied, ready to build."""
 
     name: str
@@ -71,11 +71,12 @@ def _check_required_plugins(name: str, cls: type[Experiment]) -> None:
                              f"installed (pip install {distribution})") from None
 
 
-def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]) -> ResolvedRun:
+def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
+            ) -> ResolvedExperiment:
     """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects)."""
     if plugin:
         host.require(plugin)
-    name, cls = lookup.resolve(host.components("experiments"), exp, plugin)
+    name, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
     _check_required_plugins(name, cls)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
@@ -90,4 +91,4 @@ def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
     for ov in parsed:
         if not ov.is_constant:
             overrides.apply_path(config, ov)
-    return ResolvedRun(name, experiment, config, [str(o) for o in parsed])
+    return ResolvedExperiment(name, experiment, config, [str(o) for o in parsed])

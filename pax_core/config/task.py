@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from pax_core.optimizers import Adam
+from pax_core.config.optimizers import Adam
 
 
 @dataclasses.dataclass

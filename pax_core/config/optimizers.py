@@ -12,7 +12,7 @@ from typing import Any
 
 import optax
 
-from pax_core.schedules import Constant
+from pax_core.config.schedules import Constant
 
 
 @dataclasses.dataclass

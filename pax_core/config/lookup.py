@@ -14,9 +14,9 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from pax_core.components import Registered, Registry
+from pax_core.config.experiment import Experiment
 from pax_core.errors import UsageError
-from pax_core.experiment import Experiment
+from pax_core.plugins.records import Registered, Registry
 
 
 def _dotted_names(entry: Registered) -> list[str]:
@@ -61,11 +61,11 @@ def load_class(target: str) -> type:
     if cls is None:
         raise UsageError(f"--exp {target}: {where} has no attribute {attr!r}")
     if not (isinstance(cls, type) and issubclass(cls, Experiment)):
-        raise UsageError(f"--exp {target}: {attr} is not a pax_core.experiment.Experiment class")
+        raise UsageError(f"--exp {target}: {attr} is not a pax_core.Experiment class")
     return cls
 
 
-def find(registry: Registry, query: str, plugin: str | None = None) -> Registered | None:
+def find_registered(registry: Registry, query: str, plugin: str | None = None) -> Registered | None:
     """The registered experiment ``query`` names, or None for a ``module:Class`` target."""
     if ":" in query:
         return None
@@ -104,14 +104,15 @@ def _canonical_name(registry: Registry, query: str, cls: type) -> str:
     return target
 
 
-def resolve(registry: Registry, query: str, plugin: str | None = None) -> tuple[str, type]:
+def find_experiment(registry: Registry, query: str, plugin: str | None = None
+                    ) -> tuple[str, type]:
     """``(name to record, experiment class)`` for what the user typed after ``--exp``."""
-    entry = find(registry, query, plugin)
+    entry = find_registered(registry, query, plugin)
     if entry is None:
         cls = load_class(query)
         return _canonical_name(registry, query, cls), cls
     cls = entry.load()
     if not (isinstance(cls, type) and issubclass(cls, Experiment)):
         raise UsageError(f"experiment '{entry.qualified_name}' ({entry.component.target}) is not "
-                         f"a pax_core.experiment.Experiment class")
+                         f"a pax_core.Experiment class")
     return entry.qualified_name, cls

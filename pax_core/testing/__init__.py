@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from pax_core.plugins import PluginHost, PluginSelection
+from pax_core.plugins.host import PluginHost, PluginSelection
 
 
 def use_cpu_devices(count: int = 8) -> None:

@@ -23,9 +23,10 @@ from typing import Any
 
 import pluggy
 
-from pax_core import __version__, hookspecs
-from pax_core.components import KINDS, Component, Registered, Registry
+from pax_core import __version__
 from pax_core.errors import RunError, UsageError, warn
+from pax_core.plugins import hookspecs
+from pax_core.plugins.records import KINDS, Component, Registered, Registry
 
 CORE = "core"
 
@@ -119,7 +120,7 @@ class PluginHost:
         self.records: dict[str, PluginRecord] = {}
         self._registered: dict[str, list[Registered]] = {}
         self._registries: dict[str, Registry] = {}
-        from pax_core import builtin
+        from pax_core.plugins import builtin
 
         self.register(builtin, CORE, distribution="pax-core", version=__version__)
         if entry_points is None:

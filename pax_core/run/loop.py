@@ -4,7 +4,7 @@ It dispatches steps without waiting for them: metrics stay on the device until a
 and the host only blocks on a step ``max_inflight_steps`` behind the newest, which bounds memory
 without stalling the device. The step is compiled ahead of time, before the first batch is read,
 which also gives the compiled program's FLOPs for HFU. Every summary reports speed (steps/s,
-MFU, HFU) and where the time went (``pax_core.speed``). A SIGTERM or Ctrl-C finishes the
+MFU, HFU) and where the time went (``pax_core.speed.clock``). A SIGTERM or Ctrl-C finishes the
 current step, saves a checkpoint and stops cleanly; running the same command again resumes.
 """
 
@@ -18,18 +18,18 @@ from typing import Any
 
 import jax
 
-from pax_core.checkpointing import Checkpointer
+from pax_core.checkpointers.base import Checkpointer
 from pax_core.errors import PaxError, RunError
-from pax_core.evaluation import Evaluator
-from pax_core.events import RunInfo, notify
-from pax_core.flops import step_flops
 from pax_core.loggers import LoggerGroup
-from pax_core.peak import device_peak
-from pax_core.plugins import PluginHost
-from pax_core.profiling import StepProfiler
-from pax_core.runner import Run
-from pax_core.speed import StepClock, Utilisation
-from pax_core.state import TrainState, count_params
+from pax_core.plugins.host import PluginHost
+from pax_core.plugins.notify import RunInfo, notify
+from pax_core.run.build import Run
+from pax_core.run.evaluation import Evaluator
+from pax_core.run.state import TrainState, count_params
+from pax_core.speed.clock import StepClock, Utilisation
+from pax_core.speed.flops import step_flops
+from pax_core.speed.peak import device_peak
+from pax_core.speed.profiling import StepProfiler
 
 
 @contextlib.contextmanager
