@@ -1,10 +1,96 @@
-"""Pax core: the plugin host, the `pax` command and the training loop.
+"""Pax core: the plugin host, the ``pax`` command and the training loop.
 
-Importing this package is cheap on purpose (no JAX): the command line lists plugins and prints
-help without starting an accelerator runtime.
+The names exported here are Pax's plugin API, version ``API_VERSION``: everything a plugin
+package needs, and the only names plugins import (``from pax_core import Experiment, hookimpl``).
+Modules below ``pax_core`` are the core's own business and may move between releases; these
+names do not, except through a deprecation (below). ``pax_core.testing`` is the API's companion
+for plugin tests.
+
+Every name is imported on first use (PEP 562), so ``import pax_core`` stays free of JAX: the
+command line lists plugins and prints help without starting an accelerator runtime.
+
+Versioning is semantic: a new name is a minor version, a removed or changed one a major
+version. A renamed name keeps answering for one minor version under its old spelling, with a
+``DeprecationWarning`` naming its replacement (``_DEPRECATED``).
 """
 
-from pax_core.plugins.hookspecs import hookimpl
+from __future__ import annotations
+
+import importlib
+import warnings
+from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["__version__", "hookimpl"]
+API_VERSION = "1.0.0"
+
+# Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    # plugin host
+    "hookimpl": "pax_core.plugins.hookspecs",
+    "Component": "pax_core.plugins.records",
+    "ExperimentRef": "pax_core.plugins.records",
+    "RunInfo": "pax_core.plugins.notify",
+    # experiments and their configuration
+    "Experiment": "pax_core.config.experiment",
+    "Task": "pax_core.config.task",
+    "Train": "pax_core.config.task",
+    "Learner": "pax_core.config.task",
+    "Job": "pax_core.config.task",
+    "Optimizer": "pax_core.config.optimizers",
+    "Adam": "pax_core.config.optimizers",
+    "Sgd": "pax_core.config.optimizers",
+    "Constant": "pax_core.config.schedules",
+    "LinearRampupExponentialDecay": "pax_core.config.schedules",
+    "LinearRampupCosineDecay": "pax_core.config.schedules",
+    # interfaces a plugin implements, and the built-ins it may reuse
+    "ModelOutput": "pax_core.models.output",
+    "Input": "pax_core.inputs.base",
+    "SyntheticInput": "pax_core.inputs.synthetic",
+    "Logger": "pax_core.loggers.base",
+    "Checkpointer": "pax_core.checkpointers.base",
+    "CheckpointSettings": "pax_core.checkpointers.base",
+    "Partitioner": "pax_core.parallel.partitioner",
+    "Reduction": "pax_core.parallel.partitioner",
+    "Backend": "pax_core.backends.base",
+    "axes": "pax_core.axes",
+    # errors
+    "PaxError": "pax_core.errors",
+    "UsageError": "pax_core.errors",
+    "RunError": "pax_core.errors",
+    "warn": "pax_core.errors",
+    # commands that use a trained job, and the options they share with `pax train`
+    "Run": "pax_core.run.build",
+    "TrainState": "pax_core.run.state",
+    "restore_latest": "pax_core.run.commands",
+    "ExpOpt": "pax_core.cli.options",
+    "JobDirOpt": "pax_core.cli.options",
+    "JsonOpt": "pax_core.cli.options",
+    "PlatformOpt": "pax_core.cli.options",
+    "PluginOpt": "pax_core.cli.options",
+    "SetOpt": "pax_core.cli.options",
+}
+
+# Old name -> (new name, the API version that removes the old one).
+_DEPRECATED: dict[str, tuple[str, str]] = {}
+
+__all__ = sorted(["API_VERSION", "__version__", *_EXPORTS])
+
+
+def __getattr__(name: str) -> Any:
+    if name in _DEPRECATED:
+        new, removed_in = _DEPRECATED[name]
+        warnings.warn(f"pax_core.{name} is deprecated and goes away in API {removed_in}; use "
+                      f"pax_core.{new}", DeprecationWarning, stacklevel=2)
+        return __getattr__(new)
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pax_core' has no attribute {name!r}")
+    if name == "axes":
+        return importlib.import_module(module)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

@@ -8,9 +8,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from pax_core import API_VERSION, __version__
 from pax_core.plugins.host import PluginHost
 
-_STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red"}
+_STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red",
+                 "incompatible": "red"}
 
 
 def show_plugins(host: PluginHost, as_json: bool) -> None:
@@ -22,18 +24,21 @@ def show_plugins(host: PluginHost, as_json: bool) -> None:
     }
     conflicts = {k: v for k, v in conflicts.items() if v}
     if as_json:
-        print(json.dumps({"plugins": [r.as_json() for r in records], "conflicts": conflicts},
+        print(json.dumps({"pax_core": __version__, "api_version": API_VERSION,
+                          "plugins": [r.as_json() for r in records], "conflicts": conflicts},
                          indent=1))
         return
-    table = Table(title="Pax plugins")
-    for column in ("plugin", "distribution", "version", "status", "registered"):
+    table = Table(title=f"Pax plugins (pax-core {__version__}, plugin API {API_VERSION})")
+    for column in ("plugin", "distribution", "version", "API", "status", "hooks", "registered"):
         table.add_column(column)
     for r in records:
         registered = "\n".join(_summary(kind, names) for kind, names in r.registered.items())
+        hooks = "\n".join(h.removeprefix("pax_") for h in r.hooks)
         status = r.status if not r.reason else f"{r.status}: {r.reason}"
         style = _STATUS_STYLE.get(r.status, "")
         table.add_row(escape(r.name), escape(r.distribution), escape(r.version),
-                      f"[{style}]{escape(status)}[/{style}]", escape(registered) or "-")
+                      escape(r.api) or "-", f"[{style}]{escape(status)}[/{style}]",
+                      escape(hooks) or "-", escape(registered) or "-")
     console = Console()
     console.print(table)
     for kind, names in conflicts.items():

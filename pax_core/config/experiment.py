@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from pax_core import axes
+
 
 class Experiment:
     """Base of every experiment.
@@ -20,13 +22,13 @@ class Experiment:
     the partitioner (None: ``spmd`` when a mesh is declared, else ``data_parallel``, as in Pax);
     ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``LOGICAL_AXIS_RULES`` maps the
     model's logical axis names to mesh axes for the SPMD partitioner (None: Pax's canonical
-    sharding, ``pax_core.parallel.spmd.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
+    sharding, ``pax_core.axes.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
     distributions the experiment cannot run without (checked before anything is built).
     """
 
     ICI_MESH_SHAPE: list[int] | None = None
     DCN_MESH_SHAPE: list[int] | None = None
-    MESH_AXIS_NAMES: tuple[str, ...] = ("replica", "data", "mdl")
+    MESH_AXIS_NAMES: tuple[str, ...] = axes.MESH
     LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] | None = None
     PARTITIONER: str | None = None
     CHECKPOINTER: str = "orbax"

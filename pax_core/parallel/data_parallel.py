@@ -9,6 +9,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pax_core.axes import DATA, REPLICA
 from pax_core.errors import UsageError
 from pax_core.parallel.partitioner import AxisReduction, Partitioner, Reduction
 
@@ -24,11 +25,11 @@ class DataParallel(Partitioner):
     splitting parameters needs the SPMD partitioner.
     """
 
-    BATCH_AXES = ("replica", "data")
+    BATCH_AXES = (REPLICA, DATA)
 
     @property
     def reduction(self) -> Reduction:
-        return AxisReduction("data") if self.mesh.size > 1 else Reduction()
+        return AxisReduction(DATA) if self.mesh.size > 1 else Reduction()
 
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
         shape = self.declared_mesh(experiment, len(devices)) or {}
@@ -38,13 +39,13 @@ class DataParallel(Partitioner):
                 f"PARTITIONER 'data_parallel' replicates parameters and cannot split mesh axes "
                 f"{model_axes}; set those axes to 1 in ICI_MESH_SHAPE or use PARTITIONER 'spmd'"
             )
-        self.mesh = Mesh(np.asarray(devices).reshape(-1), ("data",))
+        self.mesh = Mesh(np.asarray(devices).reshape(-1), (DATA,))
 
     def state_shardings(self, abstract_state: Any, logical_axes: Any) -> Any:
         return jax.tree.map(lambda _: self.replicated, abstract_state)
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
-        return NamedSharding(self.mesh, PartitionSpec("data", *([None] * (ndim - 1))))
+        return NamedSharding(self.mesh, PartitionSpec(DATA, *([None] * (ndim - 1))))
 
     def compile_step(self, fn: Callable, state_shardings: Any, batch_shardings: Any,
                      out_shardings: Any, donate_state: bool = False) -> Callable:
@@ -54,7 +55,7 @@ class DataParallel(Partitioner):
         # Without JAX's varying-axes tracking, gradients stay per shard (as under pmap) and the
         # step averages them itself; the tracking also rejects some of jax 0.12's primitives.
         per_shard = jax.shard_map(fn, mesh=self.mesh,
-                                  in_specs=(PartitionSpec(), PartitionSpec("data")),
+                                  in_specs=(PartitionSpec(), PartitionSpec(DATA)),
                                   out_specs=PartitionSpec(), check_vma=False)
         return super().compile_step(per_shard, state_shardings, batch_shardings, out_shardings,
                                     donate_state)

@@ -1,13 +1,9 @@
 """The SPMD partitioner: sharding declared as a mapping from logical axis names to mesh axes.
 
-Layers name the axes of every weight and key activation (``embed``, ``mlp``, ``heads``, ``kv``,
-``vocab``, ``batch``, ``length``, ``layers``); an experiment's ``LOGICAL_AXIS_RULES`` map them
-onto the mesh axes of ``MESH_AXIS_NAMES``, and XLA's SPMD partitioner does the rest. The default
-rules reproduce Pax's canonical LM sharding: weights on a 2-D ``[data, mdl]`` layout, replicated
-over ``replica``; activations' batch over ``(replica, data)`` and their model dimension over
-``mdl``. Rules are tried in order, and a mesh axis already used by a tensor is skipped, which is
-how ``embed`` lands on ``data`` for weights but on ``mdl`` for activations whose batch took
-``data``.
+Layers name the axes of every weight and key activation with the logical names of
+``pax_core.axes``; an experiment's ``LOGICAL_AXIS_RULES`` map them onto the mesh axes of
+``MESH_AXIS_NAMES``, and XLA's SPMD partitioner does the rest. Without rules it uses
+``pax_core.axes.DEFAULT_RULES``, Pax's canonical LM sharding.
 """
 
 from __future__ import annotations
@@ -22,22 +18,9 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from pax_core.axes import BATCH, DEFAULT_RULES, LENGTH
 from pax_core.errors import UsageError
 from pax_core.parallel.partitioner import Partitioner
-
-Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
-
-DEFAULT_RULES: Rules = (
-    ("batch", ("replica", "data")),
-    ("length", None),
-    ("layers", None),
-    ("vocab", "mdl"),
-    ("embed", "data"),
-    ("embed", "mdl"),
-    ("mlp", "mdl"),
-    ("heads", "mdl"),
-    ("kv", None),
-)
 
 
 def device_grid(devices: Sequence[jax.Device], ici: Sequence[int], dcn: Sequence[int]
@@ -126,6 +109,6 @@ class Spmd(Partitioner):
                 )
 
     def batch_sharding(self, ndim: int) -> NamedSharding:
-        spec = self.mesh_spec(PartitionSpec("batch", *(["length"] if ndim > 1 else []),
+        spec = self.mesh_spec(PartitionSpec(BATCH, *([LENGTH] if ndim > 1 else []),
                                              *([None] * max(ndim - 2, 0))))
         return NamedSharding(self.mesh, spec)

@@ -1,32 +1,45 @@
 """Every hook a Pax plugin can implement: this module is their reference documentation.
 
-A plugin is a module (named by an entry point in the ``pax`` group) with functions decorated by
-``pax_core.hookimpl``::
+``docs/hooks.md`` is generated from it (``python -m pax_core.plugins.reference``); a test fails
+when that page is stale, or when a ``module:attr`` named here does not import.
+
+A plugin is a module, named by an entry point in the ``pax`` group, whose functions are marked
+with ``pax_core.hookimpl``::
 
     # pyproject.toml
     [project.entry-points.pax]
-    lm = "pax_lm.plugin"
+    testplugin = "pax_testplugin.plugin"
 
-    # pax_lm/plugin.py
-    from pax_core import hookimpl
-    from pax_core.plugins.records import Component
+    # pax_testplugin/plugin.py
+    from pax_core import Component, hookimpl
+
+    PAX_API = ">=1.0,<2"
 
     @hookimpl
     def pax_register_models():
-        return [Component("transformer_lm", "pax_lm.model:TransformerLm", "decoder-only LM")]
+        return [Component("tiny_regressor", "pax_testplugin.models:TinyRegressor",
+                          "a linear regressor")]
 
-Keep the plugin module small: ``pax plugins`` and ``pax --help`` import it, so it should import
-nothing heavier than ``pax_core.plugins.records``. Factories are ``"module:attribute"`` strings and are
-imported only when a run uses them.
+Keep the plugin module small: ``pax plugins`` and ``pax --help`` import it, so it imports
+nothing heavier than ``pax_core``. Factories are ``"module:attribute"`` strings, imported only
+when a run uses them. ``PAX_API`` is the range of ``pax_core.API_VERSION`` the plugin was built
+for (a PEP 440 specifier); a plugin outside its range is refused and listed as incompatible.
 
-Two families of hooks:
+Every hook is called through pluggy, so hook wrappers (``@hookimpl(wrapper=True)``), ``tryfirst``
+/ ``trylast`` and pluggy's call monitoring work as pluggy documents; ``PAX_TRACE_PLUGINS=1``
+prints every call and its duration. Two families of hooks:
 
-* **Registration** (``pax_register_*``): each returns a list of records and is called once per
-  plugin, so every record is attributed to the plugin that returned it. None of them is
-  ``firstresult``. A short name registered by two plugins is an error when used (it names both
-  distributions); ``plugin/name`` always works; a plugin's name wins over a built-in's.
-* **Notifications** (``pax_on_*``): told about a run's life cycle. They return nothing. A plugin
-  that raises inside one is reported as a warning and the run goes on.
+* **Registration** (``pax_register_*``): each returns a list of records. The host calls each
+  hook once per plugin, with that plugin's implementation alone (and every wrapper), so every
+  record is attributed to the plugin that returned it; none is ``firstresult``. They run on
+  every process, once per command. A short name registered by two plugins is an error when used
+  (it names both distributions); ``plugin/name`` always works; a plugin's name wins over a
+  built-in's.
+* **Notifications** (``pax_on_*``): told about a run's life cycle; they return nothing. They run
+  on every process of a multi-process run (``run.process_index`` says which; write files from
+  process 0 only). Plugins are called one at a time in pluggy's order (the plugin registered
+  last first, ``tryfirst``/``trylast`` respected; the built-ins last); one that raises is
+  reported as a warning and the others are still called.
 """
 
 from __future__ import annotations
@@ -48,14 +61,13 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 def pax_register_models() -> list[Component]:
     """Register model factories.
 
-    Returns a list of ``Component`` records. The factory is a Flax ``linen.Module`` class (or a
-    function returning one) whose ``__call__(batch: dict[str, Array])`` returns a
-    ``pax_core.models.output.ModelOutput`` (the loss to minimise, weighted metrics, and the number of
-    tokens the batch held). Optionally it counts its own training FLOPs for MFU:
+    Returns ``pax_core.Component`` records. The factory is a Flax ``linen.Module`` class (or a
+    function returning one) whose ``__call__(batch: dict[str, Array], train: bool)`` returns a
+    ``pax_core.ModelOutput``: the loss to minimise, weighted metrics, and the number of tokens
+    the batch held. Optionally it counts its own training FLOPs for MFU:
     ``flops_per_step(batch_spec) -> float`` and a versioned ``flops_formula`` name (see
-    ``pax_core.models.output``). An experiment usually configures the class directly with
-    ``fdl.Config(MyModel, ...)``; the registered name makes it listable and buildable by name
-    (``pax_core.plugins.host.PluginHost.components("models").get("mlp").build(...)``).
+    ``pax_core.models.output:ModelOutput``). An experiment usually configures the class directly
+    with ``fdl.Config(MyModel, ...)``; the registered name makes it listable.
 
     Example::
 
@@ -69,16 +81,17 @@ def pax_register_models() -> list[Component]:
 def pax_register_partitioners() -> list[Component]:
     """Register partitioners: strategies that place a run on the device mesh.
 
-    The factory takes no arguments and returns a ``pax_core.parallel.partitioner.Partitioner``. It builds
-    the mesh from the experiment's declaration, gives the shardings of the train state and of a
-    batch, and turns each process's batch into global arrays. Chosen by the experiment's
-    ``PARTITIONER`` constant (``--set PARTITIONER=name``). Built in: ``data_parallel``.
+    The factory takes no arguments and returns a ``pax_core.Partitioner``. It builds the mesh
+    from the experiment's declaration, gives the shardings of the train state and of a batch,
+    turns each process's batch into global arrays, and compiles the steps. Chosen by the
+    experiment's ``PARTITIONER`` constant (``--set PARTITIONER=name``). Built in:
+    ``data_parallel`` (Pax's pmap path) and ``spmd`` (logical axis rules over the declared mesh).
 
     Example::
 
         @hookimpl
         def pax_register_partitioners():
-            return [Component("pipeline", "pax_pipeline.partitioner:Pipeline", "GPipe stages")]
+            return [Component("spmd", "pax_core.parallel.spmd:Spmd", "logical axis rules")]
     """
 
 
@@ -87,15 +100,14 @@ def pax_register_inputs() -> list[Component]:
     """Register input pipelines.
 
     The factory is called with the keyword arguments of the experiment's dataset config and
-    returns a ``pax_core.inputs.Input``: an iterator over this process's share of each global
-    batch (a dict of numpy arrays) that can save and restore its position. Built in:
-    ``synthetic``.
+    returns a ``pax_core.Input``: an iterator over this process's share of each global batch
+    (a dict of numpy arrays) that can save and restore its position. Built in: ``synthetic``.
 
     Example::
 
         @hookimpl
         def pax_register_inputs():
-            return [Component("text", "pax_lm.inputs:TextInput", "packed text from files")]
+            return [Component("text", "pax_lm.inputs.text:TextInput", "packed text from files")]
     """
 
 
@@ -103,10 +115,17 @@ def pax_register_inputs() -> list[Component]:
 def pax_register_checkpointers() -> list[Component]:
     """Register checkpoint back ends.
 
-    The factory is called as ``factory(directory: str, settings: CheckpointSettings)`` and returns
-    a ``pax_core.checkpointers.base.Checkpointer`` (save a step, restore the latest onto given
-    shardings, wait, close). A save must never leave a half-written step behind. Chosen by the
-    experiment's ``CHECKPOINTER`` constant. Built in: ``orbax``.
+    The factory is called as ``factory(directory: str, settings: CheckpointSettings)`` and
+    returns a ``pax_core.Checkpointer`` (save a step, restore the latest onto given shardings,
+    wait, close). A save must never leave a half-written step behind. Chosen by the experiment's
+    ``CHECKPOINTER`` constant. Built in: ``orbax``.
+
+    Example::
+
+        @hookimpl
+        def pax_register_checkpointers():
+            return [Component("orbax", "pax_core.checkpointers.orbax:OrbaxCheckpointer",
+                              "async, atomic")]
     """
 
 
@@ -114,10 +133,17 @@ def pax_register_checkpointers() -> list[Component]:
 def pax_register_loggers() -> list[Component]:
     """Register metric sinks.
 
-    The factory is called as ``factory(job_dir: str)`` and returns a
-    ``pax_core.loggers.Logger``. The loop hands it host-side floats at summary and eval steps; a
-    logger must not block the loop for long. Chosen by the experiment's ``LOGGERS`` constant
-    (``--set "LOGGERS=('console','jsonl')"``). Built in: ``console``, ``jsonl``, ``tensorboard``.
+    The factory is called as ``factory(job_dir: str)`` and returns a ``pax_core.Logger``. The
+    loop hands it host-side floats at summary and eval steps, on process 0 only; a logger must
+    not block the loop for long. Chosen by the experiment's ``LOGGERS`` constant
+    (``--set "LOGGERS=('console','jsonl')"``). Built in: ``console``, ``jsonl``,
+    ``tensorboard``.
+
+    Example::
+
+        @hookimpl
+        def pax_register_loggers():
+            return [Component("jsonl", "pax_core.loggers.jsonl:JsonlLogger", "metrics.jsonl")]
     """
 
 
@@ -125,17 +151,18 @@ def pax_register_loggers() -> list[Component]:
 def pax_register_experiments() -> list[ExperimentRef]:
     """Register experiment classes.
 
-    Returns ``ExperimentRef`` records: the experiment's name, its class as ``"module:Class"``,
-    and ``aliases`` (full dotted names users already know, such as Pax's
+    Returns ``pax_core.ExperimentRef`` records: the experiment's name, its class as
+    ``"module:Class"``, and ``aliases`` (full dotted names users already know, such as Pax's
     ``tasks.lm.params.lm_cloud.LmCloudSpmd2B``). Look-up accepts the name, ``plugin/name``, any
     unique dotted suffix of the class path or an alias. The class derives from
-    ``pax_core.config.experiment.Experiment``.
+    ``pax_core.Experiment``.
 
     Example::
 
         @hookimpl
         def pax_register_experiments():
-            return [ExperimentRef("LmCloudSpmd2B", "pax_lm.experiments.lm_cloud:LmCloudSpmd2B",
+            return [ExperimentRef("LmCloudSpmd2B",
+                                  "pax_lm.experiments.lm_cloud:LmCloudSpmd2B",
                                   aliases=("tasks.lm.params.lm_cloud.LmCloudSpmd2B",))]
     """
 
@@ -145,13 +172,19 @@ def pax_register_backends() -> list[Component]:
     """Register runtime set-up for a platform, named as JAX names it (``cpu``, ``gpu``, ``tpu``;
     ``cuda`` and ``rocm`` count as ``gpu``).
 
-    The factory takes no arguments and returns a ``pax_core.backends.base.Backend``: ``prepare()``
-    runs before JAX starts its runtime (environment variables, XLA flags) and must touch only its
-    own platform's settings; ``check(devices)`` runs after, on the platform JAX picked (refuse
+    The factory takes no arguments and returns a ``pax_core.Backend``: ``prepare()`` runs before
+    JAX starts its runtime (environment variables, XLA flags) and must touch only its own
+    platform's settings; ``check(devices)`` runs after, on the platform JAX picked (refuse
     unusable devices with a ``UsageError``). With ``--platform`` or ``JAX_PLATFORMS`` only that
     platform's backend prepares; otherwise every installed one does, since the platform is known
-    only once JAX has started. A platform without a backend runs with JAX's defaults. Built in:
-    ``cpu``.
+    only once JAX has started. A platform without a backend runs with JAX's defaults; a plugin's
+    backend replaces the built-in one of its platform. Built in: ``cpu``.
+
+    Example::
+
+        @hookimpl
+        def pax_register_backends():
+            return [Component("cpu", "pax_core.backends.cpu:CpuBackend", "host CPU")]
     """
 
 
@@ -160,13 +193,16 @@ def pax_register_commands() -> list[Component]:
     """Register extra ``pax`` subcommands.
 
     The factory is a ``typer.Typer`` app (or a plain function, wrapped into one); it is imported
-    only when the subcommand runs, so ``help`` is what ``pax --help`` shows.
+    only when the subcommand runs, so ``help`` is what ``pax --help`` shows. The plugin host is
+    ``ctx.obj``; ``pax_core.restore_latest`` gives a command the latest state of a job, and the
+    option types (``pax_core.JobDirOpt``, ``pax_core.SetOpt``, ...) spell options as ``pax
+    train`` does.
 
     Example::
 
         @hookimpl
         def pax_register_commands():
-            return [Component("decode", "pax_lm.decode_cli:app", "sample text from a job")]
+            return [Component("decode", "pax_lm.commands.decode:app", "sample from an LM job")]
     """
 
 
@@ -174,22 +210,26 @@ def pax_register_commands() -> list[Component]:
 def pax_on_train_start(run: RunInfo) -> None:
     """Called once the train state is ready, before the first step of this invocation.
 
-    ``run.start_step`` is the restored step (0 for a fresh run).
+    ``run`` is a ``pax_core.RunInfo``; ``run.start_step`` is the restored step (0 for a fresh
+    run). Runs on every process.
     """
 
 
 @hookspec
 def pax_on_metrics(run: RunInfo, step: int, kind: str, metrics: dict[str, Any]) -> None:
     """Called with host-side metric values at summary steps (``kind="train"``) and after each
-    eval (``kind="eval/<dataset>"``). Values are Python floats."""
+    eval (``kind="eval/<dataset>"``). Values are Python floats, the same on every process; runs
+    on every process."""
 
 
 @hookspec
 def pax_on_checkpoint_saved(run: RunInfo, step: int, directory: str) -> None:
     """Called once the checkpoint of ``step`` is committed under ``directory`` (saves are
-    asynchronous: this comes when the next save starts, or at the end of the run)."""
+    asynchronous: this comes when the next save starts, or at the end of the run). Runs on every
+    process, each once its own part is written."""
 
 
 @hookspec
 def pax_on_train_end(run: RunInfo, step: int, status: str) -> None:
-    """Called when the loop stops; ``status`` is ``completed``, ``interrupted`` or ``failed``."""
+    """Called when the loop stops; ``status`` is ``completed``, ``interrupted`` or ``failed``.
+    Runs on every process, also after a failure."""

@@ -9,6 +9,7 @@ Environment (each has a command-line switch on ``pax``):
 * ``PAX_PLUGINS=a,b`` loads only those plugins (empty: built-ins only); ``--plugins``.
 * ``PAX_DISABLE_PLUGINS=a,b`` skips those plugins; ``--disable-plugins``.
 * ``PAX_STRICT_PLUGINS=1`` makes any plugin failure fatal instead of a warning.
+* ``PAX_TRACE_PLUGINS=1`` prints every hook call, the plugins it reached and its duration.
 """
 
 from __future__ import annotations
@@ -23,10 +24,12 @@ from typing import Any
 
 import pluggy
 
-from pax_core import __version__
+from pax_core import API_VERSION, __version__
 from pax_core.errors import RunError, UsageError, warn
 from pax_core.plugins import hookspecs
+from pax_core.plugins.calls import CallTrace, call_one
 from pax_core.plugins.records import KINDS, Component, Registered, Registry
+from pax_core.plugins.versions import IncompatiblePlugin, check_compatible
 
 CORE = "core"
 
@@ -41,6 +44,8 @@ class PluginRecord:
     module: str
     status: str = "active"
     reason: str = ""
+    api: str = ""
+    hooks: list[str] = dataclasses.field(default_factory=list)
     registered: dict[str, list[str]] = dataclasses.field(default_factory=dict)
     error: BaseException | None = dataclasses.field(default=None, repr=False)
 
@@ -56,8 +61,14 @@ class PluginRecord:
             "module": self.module,
             "status": self.status,
             "reason": self.reason,
+            "api": self.api,
+            "hooks": self.hooks,
             "registered": self.registered,
         }
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0", "false", "False")
 
 
 def _split(value: str | None) -> list[str] | None:
@@ -84,7 +95,7 @@ class PluginSelection:
             disable = os.environ.get("PAX_DISABLE_PLUGINS")
         disable_list = _split(disable)
         if strict is None:
-            strict = os.environ.get("PAX_STRICT_PLUGINS", "") not in ("", "0", "false", "False")
+            strict = _flag("PAX_STRICT_PLUGINS")
         return cls(allow_list, tuple(disable_list or ()), strict)
 
     def why_skipped(self, name: str) -> str | None:
@@ -106,7 +117,11 @@ def _distribution_of(plugin: Any) -> tuple[str, str | None]:
 
 
 class PluginHost:
-    """A pluggy manager plus the components each plugin registered."""
+    """A pluggy manager plus the components each plugin registered.
+
+    Every entry point is registered first and asked for its records after, so that a hook
+    wrapper from any plugin sees every plugin's registration call.
+    """
 
     def __init__(
         self,
@@ -117,19 +132,23 @@ class PluginHost:
         self.selection = selection or PluginSelection.from_env()
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        if _flag("PAX_TRACE_PLUGINS"):
+            CallTrace().install(self.pm)
         self.records: dict[str, PluginRecord] = {}
         self._registered: dict[str, list[Registered]] = {}
         self._registries: dict[str, Registry] = {}
         from pax_core.plugins import builtin
 
-        self.register(builtin, CORE, distribution="pax-core", version=__version__)
         if entry_points is None:
             entry_points = importlib.metadata.entry_points(group=hookspecs.PROJECT)
-        for ep in entry_points:
-            self._load_entry_point(ep)
+        pending = [self._add(builtin, CORE, "pax-core", __version__, "pax_core.plugins.builtin")]
+        pending += [self._load_entry_point(ep) for ep in entry_points]
+        for record in pending:
+            if record is not None:
+                self._collect_records(record)
         self._warn_unknown_names()
 
-    def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> None:
+    def _load_entry_point(self, ep: importlib.metadata.EntryPoint) -> PluginRecord | None:
         dist = ep.dist.name if ep.dist else "unknown distribution"
         version = ep.dist.version if ep.dist else "?"
         if ep.name in self.records:
@@ -138,21 +157,21 @@ class PluginHost:
                 PluginRecord(ep.name, dist, version, ep.value),
                 UsageError(f"plugin name '{ep.name}' is already taken by {first.label}"),
             )
-            return
+            return None
         skipped = self.selection.why_skipped(ep.name)
         if skipped:
             self.records[ep.name] = PluginRecord(
                 ep.name, dist, version, ep.value, status="disabled", reason=skipped
             )
-            return
+            return None
         try:
             module = ep.load()
         except KeyboardInterrupt:
             raise
         except BaseException as e:  # a plugin calling sys.exit() must not end `pax plugins`
             self._fail(PluginRecord(ep.name, dist, version, ep.value), e)
-            return
-        self.register(module, ep.name, distribution=dist, version=version, source=ep.value)
+            return None
+        return self._add(module, ep.name, dist, version, ep.value)
 
     def _warn_unknown_names(self) -> None:
         named = set(self.selection.disable) | set(self.selection.allow or ())
@@ -173,34 +192,54 @@ class PluginHost:
     ) -> PluginRecord:
         """Register a plugin object (module or instance) under ``name`` and collect its records.
 
-        A plugin whose hooks do not match the specs, or whose registration hooks raise or
-        return the wrong type, is unregistered and marked failed.
+        A plugin built for another API range is refused (status ``incompatible``); one whose
+        hooks do not match the specs, or whose registration hooks raise or return the wrong
+        type, is unregistered and marked failed.
         """
+        if name in self.records:
+            raise UsageError(f"plugin name '{name}' is already taken by {self.records[name].label}")
         if source is None:
             source = getattr(plugin, "__name__", type(plugin).__qualname__)
         if distribution is None:
             distribution, version = _distribution_of(plugin)
+        record = self._add(plugin, name, distribution, version, source)
+        if record is not None:
+            self._collect_records(record)
+        return self.records[name]
+
+    def _add(self, plugin: ModuleType | object, name: str, distribution: str,
+             version: str | None, source: str) -> PluginRecord | None:
+        """Check the plugin's API range and register it with pluggy; None if it was refused."""
         record = PluginRecord(name, distribution, version or "?", source)
-        if name in self.records:
-            raise UsageError(f"plugin name '{name}' is already taken by {self.records[name].label}")
         try:
+            record.api = check_compatible(plugin)
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
-            collected = self._collect(name, record.label)
         except Exception as e:
             if self.pm.is_registered(plugin):
                 self.pm.unregister(plugin)
             self._fail(record, e)
-            return record
-        self._registered[name] = collected
+            return None
+        record.hooks = sorted(caller.name for caller in self.pm.get_hookcallers(plugin) or ())
+        self.records[name] = record
+        return record
+
+    def _collect_records(self, record: PluginRecord) -> None:
+        """Ask a registered plugin for its records; a plugin whose hooks fail is unregistered."""
+        try:
+            collected = self._collect(record.name, record.label)
+        except Exception as e:
+            self.pm.unregister(name=record.name)
+            del self.records[record.name]
+            self._fail(record, e)
+            return
+        self._registered[record.name] = collected
         record.registered = {
             kind: [r.name for r in collected if r.kind == kind]
             for kind in KINDS
             if any(r.kind == kind for r in collected)
         }
-        self.records[name] = record
         self._registries = {}
-        return record
 
     def unregister(self, name: str) -> None:
         """Remove a plugin registered under ``name`` (used by tests)."""
@@ -214,11 +253,11 @@ class PluginHost:
     def _collect(self, name: str, label: str) -> list[Registered]:
         out: list[Registered] = []
         for kind in KINDS:
-            hook = getattr(self.pm.hook, f"pax_register_{kind}")
-            for impl in hook.get_hookimpls():
-                if impl.plugin_name != name:
-                    continue
-                result = impl.function()
+            hook_name = f"pax_register_{kind}"
+            hook = getattr(self.pm.hook, hook_name)
+            if not any(i.plugin_name == name for i in hook.get_hookimpls()):
+                continue
+            for result in call_one(self.pm, hook_name, name):
                 if not isinstance(result, list | tuple) or not all(
                     isinstance(c, Component) for c in result
                 ):
@@ -234,13 +273,18 @@ class PluginHost:
         return out
 
     def _fail(self, record: PluginRecord, error: BaseException) -> None:
-        record.status = "failed"
-        record.reason = f"{type(error).__name__}: {error}".splitlines()[0]
         record.error = error
+        if isinstance(error, IncompatiblePlugin):
+            record.status, record.reason = "incompatible", str(error)
+            what = "is not loaded"
+        else:
+            record.status = "failed"
+            record.reason = f"{type(error).__name__}: {error}".splitlines()[0]
+            what = "failed to load"
         self.records.setdefault(record.name, record)
         message = (
             f"plugin '{record.name}' ({record.label}, entry point {record.module}) "
-            f"failed to load: {record.reason}"
+            f"{what}: {record.reason}"
         )
         if self.selection.strict:
             raise RunError(message + " [PAX_STRICT_PLUGINS is set]") from error
@@ -266,6 +310,9 @@ class PluginHost:
             raise RunError(message) from record.error
         if record.status == "disabled":
             raise UsageError(f"plugin '{name}' is {record.reason}")
+        if record.status == "incompatible":
+            raise UsageError(f"plugin '{name}' ({record.label}) is {record.reason}; install a "
+                             f"version of it built for pax API {API_VERSION}")
         return record
 
     def owner_of(self, obj: Any) -> str | None:

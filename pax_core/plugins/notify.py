@@ -6,6 +6,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from pax_core.errors import warn
+from pax_core.plugins.calls import call_one, implementers
 
 if TYPE_CHECKING:
     import pluggy
@@ -24,14 +25,14 @@ class RunInfo:
 
 
 def notify(pm: pluggy.PluginManager, hook_name: str, **kwargs: Any) -> None:
-    """Call every implementation of a ``pax_on_*`` hook; one that raises is reported, not fatal.
+    """Call a ``pax_on_*`` hook of every plugin; one that raises is reported, not fatal.
 
-    Each implementation is called on its own (not through pluggy's caller, which stops at the
-    first exception) so that one faulty plugin cannot keep the others from being told.
+    Each plugin is called through pluggy on its own (with every wrapper around it): pluggy's
+    caller stops at the first exception, and one faulty plugin must not keep the others from
+    being told.
     """
-    hook = getattr(pm.hook, hook_name)
-    for impl in reversed(hook.get_hookimpls()):
+    for plugin_name in implementers(pm, hook_name):
         try:
-            impl.function(**{name: kwargs[name] for name in impl.argnames})
+            call_one(pm, hook_name, plugin_name, **kwargs)
         except Exception as e:
-            warn(f"plugin '{impl.plugin_name}' raised in {hook_name}: {type(e).__name__}: {e}")
+            warn(f"plugin '{plugin_name}' raised in {hook_name}: {type(e).__name__}: {e}")

@@ -1,0 +1,46 @@
+"""Axis names: the one place they are spelled.
+
+Layers name the axes of their weights and activations with the *logical* names; the SPMD
+partitioner maps them onto the *mesh* axes an experiment declares (``MESH_AXIS_NAMES``) through
+``LOGICAL_AXIS_RULES``. Models never name mesh axes, so one model runs under every mapping.
+"""
+
+from __future__ import annotations
+
+# Logical axes of weights and activations.
+BATCH = "batch"
+LENGTH = "length"
+EMBED = "embed"
+MLP = "mlp"
+HEADS = "heads"
+KV = "kv"
+VOCAB = "vocab"
+LAYERS = "layers"
+
+LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS)
+
+# Mesh axes, Pax's names: data parallelism across slices, FSDP-style data parallelism, model
+# (tensor) parallelism.
+REPLICA = "replica"
+DATA = "data"
+MDL = "mdl"
+
+MESH = (REPLICA, DATA, MDL)
+
+Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
+
+# Pax's canonical LM sharding. Weights: a 2-D [data, mdl] layout, replicated over replica.
+# Activations: batch over (replica, data), the model dimension over mdl. Rules are tried in
+# order and a mesh axis a tensor already uses is skipped, which is how embed lands on data for
+# weights but on mdl for activations whose batch took data.
+DEFAULT_RULES: Rules = (
+    (BATCH, (REPLICA, DATA)),
+    (LENGTH, None),
+    (LAYERS, None),
+    (VOCAB, MDL),
+    (EMBED, DATA),
+    (EMBED, MDL),
+    (MLP, MDL),
+    (HEADS, MDL),
+    (KV, None),
+)

@@ -1,0 +1,44 @@
+"""Which plugins fit this core: the API range a plugin declares against ``API_VERSION``.
+
+A plugin module declares ``PAX_API = ">=1.0,<2"`` (a PEP 440 specifier over
+``pax_core.API_VERSION``). A plugin outside its range is refused before any of its hooks run,
+and ``pax plugins`` shows it as incompatible with both versions. A plugin that declares nothing
+is taken as it is: the range is how a published plugin protects its users, not a gate on
+throwaway plugins in tests.
+"""
+
+from __future__ import annotations
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import Version
+
+from pax_core import API_VERSION
+
+
+class IncompatiblePlugin(Exception):
+    """The plugin was built for another range of the plugin API."""
+
+
+def declared_range(plugin: object) -> str:
+    """The plugin's ``PAX_API``, or "" when it declares none."""
+    value = getattr(plugin, "PAX_API", "")
+    if not isinstance(value, str):
+        raise TypeError(f"PAX_API must be a version specifier string such as '>=1.0,<2', "
+                        f"got {value!r}")
+    return value
+
+
+def check_compatible(plugin: object) -> str:
+    """The declared range, once checked to contain ``API_VERSION``."""
+    declared = declared_range(plugin)
+    if not declared:
+        return ""
+    try:
+        spec = SpecifierSet(declared)
+    except InvalidSpecifier:
+        raise TypeError(f"PAX_API {declared!r} is not a version specifier such as "
+                        f"'>=1.0,<2'") from None
+    if Version(API_VERSION) not in spec:
+        raise IncompatiblePlugin(f"built for pax API {declared}, but this pax-core provides "
+                                 f"API {API_VERSION}")
+    return declared
