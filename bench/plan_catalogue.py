@@ -33,8 +33,8 @@ for name in sys.argv[3:]:
 def _groups() -> dict[int, list[str]]:
     import importlib
 
-    from pax_lm.catalogue import EXPERIMENTS
     from pax_lm.experiments.base import PipelinedExperiment
+    from pax_lm.experiments.catalogue import EXPERIMENTS
 
     groups: dict[int, list[str]] = {8: [], 512: []}
     for ref in EXPERIMENTS:

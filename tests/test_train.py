@@ -114,7 +114,7 @@ def test_sigterm_saves_a_checkpoint_and_stops(host, tmp_path):
 
 
 def test_failing_input_stops_the_run_naming_its_plugin(host, tmp_path, monkeypatch):
-    from pax_testplugin.data import CountingInput
+    from pax_testplugin.inputs import CountingInput
 
     def broken(self):
         if self.index >= 3:
@@ -195,7 +195,7 @@ def test_settings_out_of_range_are_usage_errors(host, tmp_path, item, message):
 
 
 def test_failing_eval_input_stops_the_run_naming_its_plugin(host, tmp_path, monkeypatch):
-    from pax_testplugin.data import CountingInput
+    from pax_testplugin.inputs import CountingInput
 
     real_get_next = CountingInput.get_next
 

@@ -7,6 +7,9 @@ They go through the same hooks as any plugin, so a plugin can do everything the 
 from pax_core.plugins.hookspecs import hookimpl
 from pax_core.plugins.records import Component, ExperimentRef
 
+# The range of pax_core.API_VERSION this plugin is built for.
+PAX_API = ">=1.0,<2"
+
 
 @hookimpl
 def pax_register_models():

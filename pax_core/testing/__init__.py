@@ -1,5 +1,8 @@
 """What a plugin author needs to test a plugin, also loaded as a pytest plugin.
 
+* ``PluginConformance`` — the conformance suite: subclass it in the plugin's tests
+  (``class TestConformance(PluginConformance): plugin = "myplugin"``), see
+  ``pax_core.testing.conformance``.
 * ``use_cpu_devices(8)`` — call at the top of ``conftest.py``, before JAX is imported, to get 8
   fake CPU devices.
 * ``isolated_host(*plugins)`` — a plugin host with the built-ins and only the given plugins (no
@@ -9,6 +12,11 @@
 * ``cpu_mesh(shape, axis_names)`` — a ``jax.sharding.Mesh`` over the fake devices.
 * ``run_pax(*args)`` — the installed ``pax`` command as a user runs it, plugin failures fatal;
   ``read_metrics(job_dir)`` — the records of its ``metrics.jsonl``.
+* What a command does, in the test's own process: ``resolve`` (experiment + ``--set`` items to
+  a config), ``build_run`` (a resolved experiment placed on devices, nothing allocated),
+  ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
+  ``use_fake_devices(n)`` in a fresh process), ``step_flops`` (model and hardware FLOPs of a
+  compiled step).
 
 Importing this module does not import JAX.
 """
@@ -16,6 +24,7 @@ Importing this module does not import JAX.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -27,6 +36,30 @@ from typing import Any
 import pytest
 
 from pax_core.plugins.host import PluginHost, PluginSelection
+from pax_core.testing.conformance import PluginConformance, parametrize_conformance
+
+# Names this module lends from the core, imported on first use (they import JAX).
+_LENT = {
+    "resolve": "pax_core.config.resolve",
+    "build_run": "pax_core.run.build",
+    "train": "pax_core.run.commands",
+    "evaluate": "pax_core.run.commands",
+    "plan": "pax_core.parallel.plan",
+    "use_fake_devices": "pax_core.parallel.plan",
+    "step_flops": "pax_core.speed.flops",
+}
+
+__all__ = [  # noqa: RUF022 (the lent names last)
+    "PluginConformance", "PluginHost", "cpu_mesh", "isolated_host", "pax_host", "read_metrics",
+    "register_plugin", "run_pax", "use_cpu_devices",
+    "build_run", "evaluate", "plan", "resolve", "step_flops", "train", "use_fake_devices",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LENT:
+        raise AttributeError(f"module 'pax_core.testing' has no attribute {name!r}")
+    return getattr(importlib.import_module(_LENT[name]), name)
 
 
 def use_cpu_devices(count: int = 8) -> None:
@@ -96,3 +129,8 @@ def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
 def pax_host() -> PluginHost:
     """An isolated plugin host: the built-ins and nothing installed."""
     return isolated_host()
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize the conformance suite's tests by the plugin's registrations."""
+    parametrize_conformance(metafunc)

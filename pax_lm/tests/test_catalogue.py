@@ -11,11 +11,10 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pax_core.config import resolve as config
-from pax_core.errors import UsageError
-from pax_core.testing import isolated_host
-from pax_lm.catalogue import EXPERIMENTS
+from pax_core import UsageError
+from pax_core.testing import isolated_host, resolve
 from pax_lm.experiments.base import PipelinedExperiment
+from pax_lm.experiments.catalogue import EXPERIMENTS
 
 CATALOGUE = [e for e in EXPERIMENTS if e.target.startswith("pax_lm.experiments.")]
 
@@ -54,9 +53,9 @@ def test_experiment_builds_with_the_expected_parameter_count(host, ref):
     cls = host.components("experiments").get(ref.name).load()
     if issubclass(cls, PipelinedExperiment):
         with pytest.raises(UsageError, match="needs the pax-pipeline plugin"):
-            config.resolve(host, ref.name, "lm", [])
+            resolve(host, ref.name, "lm", [])
     else:
-        resolved = config.resolve(host, ref.name, "lm", [])
+        resolved = resolve(host, ref.name, "lm", [])
         assert resolved.config.task.train.num_train_steps > 0
     exp = cls()
     decoder = fdl.build(exp.decoder())
@@ -107,11 +106,11 @@ def test_old_readme_name_is_an_alias(host):
             in entry.component.aliases)
     with pytest.raises(UsageError, match="C4SpmdPipelineGpt3SmallAdam8Replicas needs the "
                                          "pax-pipeline plugin"):
-        config.resolve(host, "C4SpmdPipelineGpt3SmallAdam64Replicas", None, [])
+        resolve(host, "C4SpmdPipelineGpt3SmallAdam64Replicas", None, [])
 
 
 def _first_batch_of(host, *overrides):
-    job = config.resolve(host, "C4Spmd1BAdam4Replicas", None, list(overrides)).build()
+    job = resolve(host, "C4Spmd1BAdam4Replicas", None, list(overrides)).build()
     return job.datasets[0].peek()
 
 

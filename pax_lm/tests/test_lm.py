@@ -17,9 +17,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pax_core.errors import UsageError
-from pax_core.run import commands
-from pax_core.testing import isolated_host
+from pax_core import UsageError
+from pax_core.testing import isolated_host, train
 from pax_lm.decoding import SamplingSettings, _filter_logits, generate
 from pax_lm.experiments.quickstart import TinyLmForTests
 
@@ -35,7 +34,7 @@ def host():
 @pytest.fixture(scope="module")
 def trained_job(host, tmp_path_factory):
     job_dir = tmp_path_factory.mktemp("tiny_lm")
-    commands.train(host, exp="TinyLmForTests", plugin="lm", set_items=[], job_dir=str(job_dir))
+    train(host, exp="TinyLmForTests", plugin="lm", set_items=[], job_dir=str(job_dir))
     return job_dir
 
 
@@ -56,7 +55,7 @@ def test_tiny_lm_learns_real_text(trained_job):
 
 
 def test_quick_start_model_learns_within_a_test_budget(host, tmp_path):
-    commands.train(host, exp="QuickStartLm", plugin="lm", job_dir=str(tmp_path), set_items=[
+    train(host, exp="QuickStartLm", plugin="lm", job_dir=str(tmp_path), set_items=[
         "NUM_TRAIN_STEPS=30", "SUMMARY_INTERVAL_STEPS=10", "LR_COS_WARMUP=5",
         "LR_COS_DECAY_START=5", "EVAL_INTERVAL_STEPS=1000"])
     losses = [r["loss"] for r in _records(tmp_path, "train")]

@@ -6,16 +6,13 @@ from __future__ import annotations
 import jax
 import pytest
 
-from pax_core.config import resolve as config
-from pax_core.plugins.host import PluginHost
-from pax_core.run.build import build_run
-from pax_core.speed.flops import step_flops
+from pax_core.testing import PluginHost, build_run, resolve, step_flops
 
 
 def _flops(*overrides: str):
     """(counted FLOPs, XLA's own count, run) of TinyLmForTests's train step on one device."""
     host = PluginHost()
-    resolved = config.resolve(host, "TinyLmForTests", "lm", list(overrides))
+    resolved = resolve(host, "TinyLmForTests", "lm", list(overrides))
     run = build_run(host, resolved, jax.devices()[:1], read_data=False)
     compiled = run.compile_train_step()
     xla = compiled.cost_analysis()["flops"]

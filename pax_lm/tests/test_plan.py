@@ -16,20 +16,19 @@ import sys
 import pytest
 from test_catalogue import decoder_fields, expected_params
 
-from pax_lm.catalogue import EXPERIMENTS
 from pax_lm.experiments.base import PipelinedExperiment
+from pax_lm.experiments.catalogue import EXPERIMENTS
 
 MAX_DEVICES = 512
 GROUP = 4
 
 PLAN_SCRIPT = """
 import json, sys
-from pax_core.parallel import plan
-from pax_core.plugins.host import PluginHost
-plan.use_fake_devices(int(sys.argv[1]))
-host = PluginHost()
+from pax_core import testing
+testing.use_fake_devices(int(sys.argv[1]))
+host = testing.PluginHost()
 for name in sys.argv[2:]:
-    print("PLAN", json.dumps(plan.plan(host, exp=name, plugin="lm", set_items=[]).as_json()),
+    print("PLAN", json.dumps(testing.plan(host, exp=name, plugin="lm", set_items=[]).as_json()),
           flush=True)
 """
 

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from pax_core.errors import UsageError
-from pax_lm.tokenizer_cli import app
+from pax_core import UsageError
+from pax_lm.commands.tokenizer import app
 from pax_lm.tokenizers import (
     ByteTokenizer,
     HfTokenizer,

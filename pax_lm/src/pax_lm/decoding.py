@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from transformer_helpers import forward, init_params, random_ids, tiny
 
-from pax_transformer.attention import attend, causal_mask, segment_mask
+from pax_transformer.layers.attention import attend, causal_mask, segment_mask
 
 
 @pytest.mark.parametrize("kv_heads", [None, 2, 1], ids=["mha", "gqa", "mqa"])

@@ -6,7 +6,7 @@ import jax
 import pytest
 from transformer_helpers import TINY, random_ids, tiny
 
-from pax_transformer.model import TransformerLm, count_params
+from pax_transformer.models import TransformerLm, count_params
 
 BAD = [
     ({"num_kv_heads": 3}, "num_kv_heads=3 must be a positive divisor of num_heads=4"),

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from transformer_helpers import empty_cache, forward, init_params, random_ids, tiny
 
-from pax_transformer.model import TransformerLm
+from pax_transformer.models import TransformerLm
 
 PROMPT, LENGTH = 3, 8
 

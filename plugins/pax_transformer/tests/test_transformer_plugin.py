@@ -7,7 +7,7 @@ import sys
 
 import pax_transformer.plugin
 from pax_core.testing import isolated_host
-from pax_transformer.model import TransformerLm
+from pax_transformer.models import TransformerLm
 
 
 def test_plugin_registers_transformer_lm() -> None:

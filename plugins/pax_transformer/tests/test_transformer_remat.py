@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from transformer_helpers import init_params, loss_fn, random_ids, tiny
 
-from pax_transformer.remat import POLICIES
+from pax_transformer.layers.remat import POLICIES
 
 
 @pytest.fixture(scope="module")

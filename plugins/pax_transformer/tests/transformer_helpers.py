@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pax_transformer.model import TransformerLm
+from pax_transformer.models import TransformerLm
 
 TINY: dict[str, Any] = dict(
     vocab_size=32, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4, max_seq_len=16

@@ -11,17 +11,19 @@ import math
 
 import fiddle as fdl
 
-from pax_core.config.experiment import Experiment
-from pax_core.config.optimizers import Adam
-from pax_core.config.schedules import (
+from pax_core import (
+    Adam,
     Constant,
+    Experiment,
+    Learner,
     LinearRampupCosineDecay,
     LinearRampupExponentialDecay,
+    SyntheticInput,
+    Task,
+    Train,
 )
-from pax_core.config.task import Learner, Task, Train
-from pax_core.inputs.synthetic import SyntheticInput
-from pax_lm.model import LanguageModel
-from pax_transformer.model import TransformerLm
+from pax_lm.models import LanguageModel
+from pax_transformer.models import TransformerLm
 
 
 class TransformerLmExperiment(Experiment):

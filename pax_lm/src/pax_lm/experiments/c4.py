@@ -2,7 +2,7 @@
 
 Names, sizes, meshes and schedules are Pax's (``paxml/tasks/lm/params/c4.py``). The data is read
 from where the user keeps C4 (``--set C4_DATA_DIR=...`` and ``--set C4_SPM_MODEL=...``); see
-``pax_lm.c4``.
+``pax_lm.inputs.c4``.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import math
 
 import fiddle as fdl
 
-from pax_lm.c4 import C4Input
 from pax_lm.experiments.base import PipelinedExperiment, SyntheticDataset, TransformerLmExperiment
+from pax_lm.inputs.c4 import C4Input
 
 
 class C4UnsupervisedDataset:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import fiddle as fdl
 
 from pax_lm.experiments.base import TransformerLmExperiment
-from pax_lm.text_input import TextInput
+from pax_lm.inputs.text import TextInput
 from pax_lm.tokenizers import ByteTokenizer
 
 

@@ -12,9 +12,9 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "TransformerLm": "pax_transformer.model",
-    "count_params": "pax_transformer.model",
-    "stack_layer_params": "pax_transformer.stack",
+    "TransformerLm": "pax_transformer.models",
+    "count_params": "pax_transformer.models",
+    "stack_layer_params": "pax_transformer.layers.stack",
 }
 __all__ = ["TransformerLm", "__version__", "count_params", "stack_layer_params"]
 

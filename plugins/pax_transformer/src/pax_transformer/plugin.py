@@ -6,8 +6,10 @@
 
 from __future__ import annotations
 
-from pax_core import hookimpl
-from pax_core.plugins.records import Component
+from pax_core import Component, hookimpl
+
+# The range of pax_core.API_VERSION this plugin is built for.
+PAX_API = ">=1.0,<2"
 
 
 @hookimpl
@@ -15,7 +17,7 @@ def pax_register_models() -> list[Component]:
     return [
         Component(
             "transformer_lm",
-            "pax_transformer.model:TransformerLm",
+            "pax_transformer.models:TransformerLm",
             "decoder-only transformer (ids -> logits): MHA/GQA/MQA, rotary, KV cache, scan, remat",
         )
     ]

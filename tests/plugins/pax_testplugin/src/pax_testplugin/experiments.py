@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_core.config.experiment import Experiment
-from pax_core.config.optimizers import Adam
-from pax_core.config.schedules import LinearRampupExponentialDecay
-from pax_core.config.task import Learner, Task, Train
-from pax_testplugin.data import CountingInput
-from pax_testplugin.model import TinyLm
+from pax_core import Adam, Experiment, Learner, LinearRampupExponentialDecay, Task, Train
+from pax_testplugin.inputs import CountingInput
+from pax_testplugin.models import TinyLm
 
 
 class TinyCounting(Experiment):

@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
-from pax_transformer.initializers import partitioned
+from pax_transformer.layers.initializers import partitioned
 
 POSITIONS = ("rotary", "sinusoidal", "learned", "none")
 

@@ -8,8 +8,8 @@ import flax.linen as nn
 import jax.numpy as jnp
 import optax
 
-from pax_core.models.output import ModelOutput
-from pax_transformer.model import FLOPS_FORMULA_VERSION, train_flops_per_token
+from pax_core import ModelOutput
+from pax_transformer.models import FLOPS_FORMULA_VERSION, train_flops_per_token
 
 
 class LanguageModel(nn.Module):
@@ -26,7 +26,7 @@ class LanguageModel(nn.Module):
 
     @nn.nowrap
     def flops_per_step(self, batch_spec: dict[str, Any]) -> float:
-        """Training FLOPs of a batch of ``ids [batch, length]`` (``pax_transformer.model``'s
+        """Training FLOPs of a batch of ``ids [batch, length]`` (``pax_transformer.models``'s
         formula, per token, times the tokens)."""
         batch, length = batch_spec["ids"].shape
         return batch * length * train_flops_per_token(self.decoder, length)

@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from pax_core.inputs.base import Input
+from pax_core import Input
 
 
 @dataclasses.dataclass

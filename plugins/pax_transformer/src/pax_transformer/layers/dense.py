@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
-from pax_transformer.initializers import partitioned
+from pax_transformer.layers.initializers import partitioned
 
 
 def _reshaped(init: Initializer, contracted: int) -> Initializer:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import jax
 
-from pax_transformer.validation import check_choice
+from pax_transformer.layers.validation import check_choice
 
 QUERY_PROJ = "query_proj"
 KEY_PROJ = "key_proj"

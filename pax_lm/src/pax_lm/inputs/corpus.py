@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 
 CORPUS_EXTRA = 'pip install "pax-lm[corpus]"'
 MAX_DOCUMENT_CHARS = 1 << 16

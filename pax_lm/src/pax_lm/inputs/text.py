@@ -38,9 +38,8 @@ import grain
 import jax
 import numpy as np
 
-from pax_core.errors import UsageError
-from pax_core.inputs.base import Input
-from pax_lm.corpus import default_corpus, read_documents
+from pax_core import Input, UsageError
+from pax_lm.inputs.corpus import default_corpus, read_documents
 from pax_lm.tokenizers import ByteTokenizer, Tokenizer
 
 PACKINGS = ("pack", "concat")
@@ -54,7 +53,7 @@ _OPEN_ROWS = 8
 class TextInput(Input):
     """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
     (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
-    or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
+    or ``.jsonl`` file or a folder of them, see ``pax_lm.inputs.corpus.read_documents``).
 
     ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
     the rest. ``shuffle`` and ``repeat`` default to ``is_training``. A finite input ends with

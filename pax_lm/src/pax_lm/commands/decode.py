@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pax_core.cli.app import JobDirOpt, PlatformOpt, PluginOpt, SetOpt
-from pax_core.errors import UsageError
+from pax_core import JobDirOpt, PlatformOpt, PluginOpt, SetOpt, UsageError
 
 
 def decode(
@@ -28,7 +27,7 @@ def decode(
     platform: PlatformOpt = None,
 ) -> None:
     """Continue a prompt with the latest checkpoint in --job-dir (KV-cached decoding)."""
-    from pax_core.run.commands import restore_latest
+    from pax_core import restore_latest
     from pax_lm.decoding import SamplingSettings, generate
 
     settings = SamplingSettings(max_decode_steps, temperature, top_k, top_p, seed)

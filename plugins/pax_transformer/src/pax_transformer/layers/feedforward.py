@@ -15,8 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
-from pax_transformer.dense import Projection
-from pax_transformer.validation import check_choice
+from pax_transformer.layers.dense import Projection
+from pax_transformer.layers.validation import check_choice
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,

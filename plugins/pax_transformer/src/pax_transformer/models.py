@@ -43,15 +43,15 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax_transformer.embedding import Softmax, TokenEmbedding
-from pax_transformer.feedforward import ACTIVATIONS
-from pax_transformer.initializers import table_init
-from pax_transformer.layer import ACTIVATION_AXES, BlockConfig
-from pax_transformer.normalization import NORMS, Norm
-from pax_transformer.positions import POSITIONS, LearnedPositions, sinusoidal
-from pax_transformer.remat import POLICIES
-from pax_transformer.stack import TransformerStack
-from pax_transformer.validation import check_choice
+from pax_transformer.layers.block import ACTIVATION_AXES, BlockConfig
+from pax_transformer.layers.embedding import Softmax, TokenEmbedding
+from pax_transformer.layers.feedforward import ACTIVATIONS
+from pax_transformer.layers.initializers import table_init
+from pax_transformer.layers.normalization import NORMS, Norm
+from pax_transformer.layers.positions import POSITIONS, LearnedPositions, sinusoidal
+from pax_transformer.layers.remat import POLICIES
+from pax_transformer.layers.stack import TransformerStack
+from pax_transformer.layers.validation import check_choice
 
 DTYPES = ("float32", "bfloat16")
 

@@ -13,8 +13,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax_transformer.initializers import partitioned
-from pax_transformer.validation import check_choice
+from pax_transformer.layers.initializers import partitioned
+from pax_transformer.layers.validation import check_choice
 
 NORMS = ("layernorm", "rmsnorm")
 

@@ -4,7 +4,7 @@ from typing import Annotated
 
 import typer
 
-from pax_testplugin.data import CountingInput
+from pax_testplugin.inputs import CountingInput
 
 
 def sample(rows: Annotated[int, typer.Option(help="How many rows to print.")] = 2,

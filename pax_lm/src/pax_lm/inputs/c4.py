@@ -12,9 +12,9 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pax_core.errors import UsageError
-from pax_lm.corpus import file_documents
-from pax_lm.text_input import TextInput
+from pax_core import UsageError
+from pax_lm.inputs.corpus import file_documents
+from pax_lm.inputs.text import TextInput
 from pax_lm.tokenizers import SentencePieceTokenizer
 
 C4_SPLITS = {"train": "train", "validation": "validation"}

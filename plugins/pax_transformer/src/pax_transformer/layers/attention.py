@@ -20,9 +20,9 @@ import jax.numpy as jnp
 from flax.typing import Initializer
 from jax.ad_checkpoint import checkpoint_name
 
-from pax_transformer import remat
-from pax_transformer.dense import Projection
-from pax_transformer.positions import apply_rotary
+from pax_transformer.layers import remat
+from pax_transformer.layers.dense import Projection
+from pax_transformer.layers.positions import apply_rotary
 
 QKV_AXES = ("batch", "length", "heads", "kv")
 

@@ -6,7 +6,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import optax
 
-from pax_core.models.output import ModelOutput
+from pax_core import ModelOutput
 
 
 class TinyLm(nn.Module):

@@ -6,7 +6,7 @@ uses it.
 
 from __future__ import annotations
 
-from pax_core.plugins.records import ExperimentRef
+from pax_core import ExperimentRef
 
 _PAX_MODULES = {
     "lm_cloud": "paxml.tasks.lm.params.lm_cloud",

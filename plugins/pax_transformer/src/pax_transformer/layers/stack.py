@@ -18,8 +18,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax_transformer.layer import BlockConfig, TransformerBlock
-from pax_transformer.remat import remat_policy
+from pax_transformer.layers.block import BlockConfig, TransformerBlock
+from pax_transformer.layers.remat import remat_policy
 
 
 class TransformerStack(nn.Module):

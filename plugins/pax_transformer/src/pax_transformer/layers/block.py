@@ -12,10 +12,10 @@ from typing import Any
 import flax.linen as nn
 import jax
 
-from pax_transformer.attention import Attention
-from pax_transformer.feedforward import FeedForward
-from pax_transformer.initializers import dense_init
-from pax_transformer.normalization import Norm
+from pax_transformer.layers.attention import Attention
+from pax_transformer.layers.feedforward import FeedForward
+from pax_transformer.layers.initializers import dense_init
+from pax_transformer.layers.normalization import Norm
 
 ACTIVATION_AXES = ("batch", "length", "embed")
 
