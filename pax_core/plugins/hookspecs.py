@@ -17,8 +17,8 @@ with ``pax_core.hookimpl``::
 
     @hookimpl
     def pax_register_models():
-        return [Component("tiny_regressor", "pax_testplugin.models:TinyRegressor",
-                          "a linear regressor")]
+        return [Component("tiny_lm", "pax_testplugin.models:TinyLm",
+                          "one-layer next-token model")]
 
 Keep the plugin module small: ``pax plugins`` and ``pax --help`` import it, so it imports
 nothing heavier than ``pax_core``. Factories are ``"module:attribute"`` strings, imported only

@@ -29,7 +29,7 @@ from pax_core.errors import RunError, UsageError, warn
 from pax_core.plugins import hookspecs
 from pax_core.plugins.calls import CallTrace, call_one
 from pax_core.plugins.records import KINDS, Component, Registered, Registry
-from pax_core.plugins.versions import IncompatiblePlugin, check_compatible
+from pax_core.plugins.versions import IncompatiblePlugin, check_compatible, declared_range
 
 CORE = "core"
 
@@ -212,7 +212,8 @@ class PluginHost:
         """Check the plugin's API range and register it with pluggy; None if it was refused."""
         record = PluginRecord(name, distribution, version or "?", source)
         try:
-            record.api = check_compatible(plugin)
+            record.api = declared_range(plugin)
+            check_compatible(record.api)
             self.pm.register(plugin, name=name)
             self.pm.check_pending()
         except Exception as e:

@@ -28,11 +28,10 @@ def declared_range(plugin: object) -> str:
     return value
 
 
-def check_compatible(plugin: object) -> str:
-    """The declared range, once checked to contain ``API_VERSION``."""
-    declared = declared_range(plugin)
+def check_compatible(declared: str) -> None:
+    """Refuse a declared range that does not contain ``API_VERSION`` ("" accepts any)."""
     if not declared:
-        return ""
+        return
     try:
         spec = SpecifierSet(declared)
     except InvalidSpecifier:
@@ -41,4 +40,3 @@ def check_compatible(plugin: object) -> str:
     if Version(API_VERSION) not in spec:
         raise IncompatiblePlugin(f"built for pax API {declared}, but this pax-core provides "
                                  f"API {API_VERSION}")
-    return declared

@@ -1,0 +1,248 @@
+"""The plugin API: its frozen surface, versions and deprecations, and hooks through pluggy."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import pax_core
+from pax_core import testing
+from pax_core.errors import UsageError
+from pax_core.plugins.notify import RunInfo, notify
+from pax_core.testing import isolated_host
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The public surface. Changing it is a decision: a new name is a minor version of API_VERSION,
+# a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
+API = [
+    "API_VERSION", "Adam", "Backend", "CheckpointSettings", "Checkpointer", "Component",
+    "Constant", "ExpOpt", "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt",
+    "Learner", "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Logger",
+    "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt", "PluginOpt",
+    "Reduction", "Run", "RunError", "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task",
+    "Train", "TrainState", "UsageError", "__version__", "axes", "hookimpl", "restore_latest",
+    "warn",
+]
+TESTING_API = [
+    "PluginConformance", "PluginHost", "build_run", "cpu_mesh", "evaluate", "isolated_host",
+    "pax_host", "plan", "read_metrics", "register_plugin", "resolve", "run_pax", "step_flops",
+    "train", "use_cpu_devices", "use_fake_devices",
+]
+PLUGIN_SOURCES = ["pax_lm/src", "plugins/pax_transformer/src",
+                  "tests/plugins/pax_testplugin/src"]
+
+
+def test_the_public_surface_is_frozen():
+    assert sorted(pax_core.__all__) == sorted(API)
+    assert sorted(testing.__all__) == sorted(TESTING_API)
+    for name in API:
+        assert getattr(pax_core, name) is not None, name
+    for name in TESTING_API:
+        assert getattr(testing, name) is not None, name
+
+
+def test_api_version_is_semantic():
+    major, minor, patch = (int(p) for p in pax_core.API_VERSION.split("."))
+    assert (major, minor, patch) >= (1, 0, 0)
+
+
+def test_importing_the_api_does_not_start_jax():
+    probe = ("import sys, pax_core; "
+             "from pax_core import Component, ExperimentRef, hookimpl, UsageError, axes; "
+             "print(sorted(m for m in ('jax', 'flax', 'optax', 'orbax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        pax_core.Nope  # noqa: B018
+
+
+def test_a_renamed_name_warns_and_answers(monkeypatch):
+    monkeypatch.setitem(pax_core._DEPRECATED, "ModelOutputs", ("ModelOutput", "1.2"))
+    with pytest.warns(DeprecationWarning, match=r"pax_core.ModelOutputs .* API 1.2; use "
+                                                 r"pax_core.ModelOutput"):
+        old = pax_core.ModelOutputs
+    assert old is pax_core.ModelOutput
+
+
+def _pax_core_imports(path: Path) -> list[str]:
+    names = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
+                "pax_core"):
+            names.append(node.module)
+        elif isinstance(node, ast.Import):
+            names += [a.name for a in node.names if a.name.startswith("pax_core")]
+    return names
+
+
+@pytest.mark.parametrize("source", PLUGIN_SOURCES)
+def test_plugins_import_only_the_public_api(source):
+    reaching = {f"{p.relative_to(ROOT)}: {m}" for p in (ROOT / source).rglob("*.py")
+                for m in _pax_core_imports(p) if m != "pax_core"}
+    assert not reaching
+
+
+# API ranges.
+
+
+class Declares:
+    def __init__(self, api):
+        self.PAX_API = api
+
+    @pax_core.hookimpl
+    def pax_register_models(self):
+        return [pax_core.Component("declared", "pax_core.models.mlp:MlpClassifier")]
+
+
+def test_a_plugin_in_range_is_active_and_shows_its_range():
+    host = isolated_host(("fits", Declares(">=1.0,<2")))
+    record = host.records["fits"]
+    assert (record.status, record.api) == ("active", ">=1.0,<2")
+    assert host.components("models").get("fits/declared")
+
+
+def test_a_plugin_for_another_api_is_refused_naming_both_versions(capsys):
+    host = isolated_host(("future", Declares(">=2.0,<3")))
+    record = host.records["future"]
+    assert record.status == "incompatible"
+    assert record.reason == (f"built for pax API >=2.0,<3, but this pax-core provides API "
+                             f"{pax_core.API_VERSION}")
+    assert "declared" not in [e.name for e in host.components("models")]
+    assert not host.pm.is_registered(host.pm.get_plugin("future"))
+    assert "plugin 'future'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match=r"plugin 'future' .* is built for pax API >=2.0,<3"):
+        host.require("future")
+
+
+def test_a_malformed_range_fails_the_plugin():
+    record = isolated_host(("odd", Declares("one point oh"))).records["odd"]
+    assert record.status == "failed"
+    assert "is not a version specifier" in record.reason
+
+
+def test_pax_plugins_shows_an_incompatible_plugin(tmp_path):
+    site = tmp_path / "site"
+    dist = site / "pax_future-0.3.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pax-future\nVersion: 0.3.0\n")
+    (dist / "entry_points.txt").write_text("[pax]\nfuture = pax_future_plugin\n")
+    (site / "pax_future_plugin.py").write_text('PAX_API = ">=2,<3"\n')
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
+           "PYTHONPATH": str(site)}
+    listed = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "plugins", "--json"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    data = json.loads(listed.stdout)
+    assert data["api_version"] == pax_core.API_VERSION
+    future = next(p for p in data["plugins"] if p["name"] == "future")
+    assert (future["status"], future["api"]) == ("incompatible", ">=2,<3")
+    assert pax_core.API_VERSION in future["reason"]
+    asked = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments",
+                            "--plugin", "future"], env=env, capture_output=True, text=True,
+                           timeout=60)
+    assert asked.returncode == 2
+    assert "built for pax API >=2,<3" in asked.stderr and "Traceback" not in asked.stderr
+
+
+# Hooks through pluggy.
+
+
+class Metrics:
+    def __init__(self):
+        self.seen = []
+
+    @pax_core.hookimpl
+    def pax_on_metrics(self, run, step, kind, metrics):
+        self.seen.append((step, kind))
+
+
+class Wrapper:
+    """Wraps every plugin's registration and notification calls."""
+
+    def __init__(self):
+        self.calls = []
+
+    @pax_core.hookimpl(wrapper=True)
+    def pax_register_models(self):
+        results = yield  # one list of records per implementation
+        self.calls.append("register_models")
+        extra = pax_core.Component("wrapped", "pax_core.models.mlp:MlpClassifier")
+        return [[*records, extra] for records in results]
+
+    @pax_core.hookimpl(wrapper=True)
+    def pax_on_metrics(self, run, step, kind, metrics):
+        self.calls.append(("metrics", step))
+        return (yield)
+
+
+def test_pax_plugins_lists_the_hooks_a_plugin_implements():
+    host = isolated_host(("listener", Metrics()))
+    record = host.records["listener"]
+    assert record.hooks == ["pax_on_metrics"]
+    assert record.registered == {}
+    assert host.records["core"].hooks[:2] == ["pax_register_backends",
+                                              "pax_register_checkpointers"]
+
+
+def test_hook_wrappers_run_around_registrations_and_notifications():
+    wrapper, metrics = Wrapper(), Metrics()
+    host = isolated_host(("wrapper", wrapper), ("listener", metrics))
+    # Registered first, it still wraps the registrations of plugins that came later.
+    host.unregister("listener")
+    host.register(Declares(">=1,<2"), "declares")
+    assert "register_models" in wrapper.calls
+    assert host.components("models").get("declares/wrapped")
+    host.register(metrics, "listener")
+    notify(host.pm, "pax_on_metrics", run=RunInfo("e", "/tmp", 1, 0), step=7, kind="train",
+           metrics={})
+    assert metrics.seen == [(7, "train")]
+    assert ("metrics", 7) in wrapper.calls
+
+
+def test_entry_point_wrappers_see_every_plugins_registration(tmp_path):
+    site = tmp_path / "site"
+    dist = site / "pax_wraps-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pax-wraps\nVersion: 0.1.0\n")
+    (dist / "entry_points.txt").write_text("[pax]\nwraps = pax_wraps_plugin\n")
+    (site / "pax_wraps_plugin.py").write_text(textwrap.dedent("""
+        import sys
+        from pax_core import hookimpl
+
+        @hookimpl(wrapper=True)
+        def pax_register_models():
+            results = yield
+            print("wrapped", [c.name for r in results for c in r], file=sys.stderr)
+            return results
+    """))
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
+           "PYTHONPATH": str(site)}
+    result = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "plugins"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert "wrapped ['mlp']" in result.stderr  # the core's, loaded before the wrapper
+    assert "wrapped ['tiny_lm']" in result.stderr  # the test plugin's
+
+
+def test_trace_prints_each_hook_call_with_its_duration(tmp_path):
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
+           "PAX_TRACE_PLUGINS": "1"}
+    result = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments"],
+                            env=env, capture_output=True, text=True, timeout=60)
+    lines = [line for line in result.stderr.splitlines() if line.startswith("pax: trace: ")]
+    assert any(line.startswith("pax: trace: pax_register_experiments [testplugin] ")
+               and line.endswith(" ms") for line in lines), result.stderr
+    quiet = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments"],
+                           env={k: v for k, v in env.items() if k != "PAX_TRACE_PLUGINS"},
+                           capture_output=True, text=True, timeout=60)
+    assert "pax: trace:" not in quiet.stderr
