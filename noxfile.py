@@ -1,4 +1,5 @@
-"""Sessions: `tests` (CI), `tests_newest` (Python 3.12, newest jax), `lint`, `bench`."""
+"""Sessions: `tests` and `plugin_kit` (CI), `tests_newest` (Python 3.12, newest jax), `lint`,
+`bench`."""
 
 from __future__ import annotations
 
@@ -44,6 +45,44 @@ def tests_newest(session: nox.Session) -> None:
     """The test suite on Python 3.12 with the newest jax and flax."""
     session.install("--upgrade", "jax", "flax")
     _pytest(session)
+
+
+def _fresh_venv(session: nox.Session, where: str) -> str:
+    """A new virtual environment with nothing of this checkout in it; returns its bin folder."""
+    session.run("python", "-m", "venv", where, silent=True)
+    return os.path.join(where, "bin")
+
+
+@nox.session
+def plugin_kit(session: nox.Session) -> None:
+    """What a plugin author and a user see: `pax plugins new` renders a plugin; wheels of
+    pax-core and the plugin install into a fresh venv, as `pip install` of a published plugin
+    would; the plugin's tests and `pax train` run there. Then pax-lm is installed from wheels
+    alone (pax-core, pax-transformer, pax-lm) into another fresh venv and trains."""
+    tmp = session.create_tmp()
+    shutil.rmtree(tmp)
+    os.makedirs(tmp)
+    wheels, plugin = os.path.join(tmp, "wheels"), os.path.join(tmp, "pax_kitdemo")
+    session.install(".")
+    session.run("pax", "plugins", "new", "kitdemo", "--backend", "--output", plugin)
+    session.run("python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ".", plugin,
+                "./plugins/pax_transformer", "./pax_lm")
+    env = {"PAX_STRICT_PLUGINS": "1"}
+    author = _fresh_venv(session, os.path.join(tmp, "author"))
+    session.run(f"{author}/pip", "install", "-q", "--find-links", wheels, "pax-kitdemo[test]",
+                external=True)
+    session.run(f"{author}/pax", "plugins", external=True, env=env)
+    session.run(f"{author}/pytest", "-q", "-p", "no:cacheprovider", os.path.join(plugin, "tests"),
+                external=True, env=env)
+    session.run(f"{author}/pax", "train", "--plugin", "kitdemo", "--exp", "KitdemoSine",
+                "--job-dir", os.path.join(tmp, "kitdemo_job"), external=True, env=env)
+    user = _fresh_venv(session, os.path.join(tmp, "user"))
+    session.run(f"{user}/pip", "install", "-q", "--find-links", wheels, "pax-lm[corpus]",
+                external=True)
+    session.run(f"{user}/pax", "plugins", external=True, env=env)
+    session.run(f"{user}/pax", "train", "--plugin", "lm", "--exp", "TinyLmForTests",
+                "--job-dir", os.path.join(tmp, "lm_job"), "--set", "NUM_TRAIN_STEPS=20",
+                external=True, env=env)
 
 
 @nox.session

@@ -52,6 +52,7 @@ _EXPORTS: dict[str, str] = {
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",
     "Backend": "pax_core.backends.base",
+    "CpuBackend": "pax_core.backends.cpu",
     "axes": "pax_core.axes",
     # errors
     "PaxError": "pax_core.errors",

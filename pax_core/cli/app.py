@@ -40,10 +40,40 @@ def root(
 
 
 def plugins_command(ctx: typer.Context, as_json: JsonOpt = False) -> None:
-    """List plugins: distribution, version, status, and what each registered."""
-    from pax_core.cli import listing
+    """List plugins: distribution, version, API range, status, the hooks each implements and
+    what each registered. `pax plugins new NAME` starts a new one."""
+    if ctx.invoked_subcommand is None:
+        from pax_core.cli import listing
 
-    listing.show_plugins(_host(ctx), as_json)
+        listing.show_plugins(_host(ctx), as_json)
+
+
+def new_plugin_command(
+    name: Annotated[str, typer.Argument(metavar="NAME", help="The plugin's name: pax --plugin "
+                                        "NAME, package pax_NAME, distribution pax-NAME.")],
+    output: Annotated[str | None, typer.Option(
+        "--output", "-o", metavar="DIR", help="Where to write it; default ./pax_NAME (must not "
+        "exist, or be empty).")] = None,
+    modality: Annotated[bool, typer.Option(
+        "--modality", help="A model, an input and an experiment (the default).")] = False,
+    backend: Annotated[bool, typer.Option(
+        "--backend", help="The same plus a backend: runtime settings of a platform.")] = False,
+) -> None:
+    """Write a complete, working plugin package: pyproject with the entry point and API range,
+    plugin.py, a model, an input, an experiment that trains in seconds, tests, README."""
+    from pathlib import Path
+
+    from pax_core.errors import UsageError
+    from pax_core.plugins import kit
+
+    if modality and backend:
+        raise UsageError("--modality and --backend are alternatives; give one")
+    target = Path(output) if output else Path(f"pax_{name}")
+    written = kit.new_plugin(name, target, backend=backend)
+    typer.echo(f"wrote {len(written)} files into {target}:")
+    for path in written:
+        typer.echo(f"  {path}")
+    typer.echo(f"next: pip install -e '{target}[test]' && pytest {target}/tests")
 
 
 def experiments_command(ctx: typer.Context, plugin: PluginOpt = None,
@@ -211,7 +241,11 @@ def build_app(host: PluginHost) -> typer.Typer:
     app = typer.Typer(add_completion=False, no_args_is_help=True,
                       pretty_exceptions_enable=False, rich_markup_mode=None)
     app.callback()(root)
-    app.command("plugins")(plugins_command)
+    plugins_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
+                              rich_markup_mode=None)
+    plugins_app.callback(invoke_without_command=True)(plugins_command)
+    plugins_app.command("new")(new_plugin_command)
+    app.add_typer(plugins_app, name="plugins")
     app.command("experiments")(experiments_command)
     app.command("config")(config_command)
     app.command("train")(train_command)
