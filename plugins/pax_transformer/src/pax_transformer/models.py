@@ -43,6 +43,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pax_core import axes
 from pax_transformer.layers.block import ACTIVATION_AXES, BlockConfig
 from pax_transformer.layers.embedding import Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
@@ -219,7 +220,7 @@ class TransformerLm(nn.Module):
             )(x)
         if self.logits_soft_cap:
             logits = self.logits_soft_cap * jnp.tanh(logits / self.logits_soft_cap)
-        return nn.with_logical_constraint(logits, ("batch", "length", "vocab"))
+        return nn.with_logical_constraint(logits, (axes.BATCH, axes.LENGTH, axes.VOCAB))
 
 
 def _validate(m: TransformerLm) -> None:

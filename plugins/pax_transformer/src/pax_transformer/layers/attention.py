@@ -20,11 +20,12 @@ import jax.numpy as jnp
 from flax.typing import Initializer
 from jax.ad_checkpoint import checkpoint_name
 
+from pax_core import axes
 from pax_transformer.layers import remat
 from pax_transformer.layers.dense import Projection
 from pax_transformer.layers.positions import apply_rotary
 
-QKV_AXES = ("batch", "length", "heads", "kv")
+QKV_AXES = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
 
 
 def causal_mask(query_length: int, key_length: int, offset: jax.Array | int = 0) -> jax.Array:
@@ -113,9 +114,9 @@ class Attention(nn.Module):
     ) -> jax.Array:
         heads = (self.num_heads, self.dim_per_head)
         kv_heads = (self.num_kv_heads, self.dim_per_head)
-        query = self._projection(heads, ("embed",), ("heads", "kv"), "query")(x)
-        key = self._projection(kv_heads, ("embed",), ("heads", "kv"), "key")(x)
-        value = self._projection(kv_heads, ("embed",), ("heads", "kv"), "value")(x)
+        query = self._projection(heads, (axes.EMBED,), (axes.HEADS, axes.KV), "query")(x)
+        key = self._projection(kv_heads, (axes.EMBED,), (axes.HEADS, axes.KV), "key")(x)
+        value = self._projection(kv_heads, (axes.EMBED,), (axes.HEADS, axes.KV), "value")(x)
         query = checkpoint_name(query, remat.QUERY_PROJ)
         key = checkpoint_name(key, remat.KEY_PROJ)
         value = checkpoint_name(value, remat.VALUE_PROJ)
@@ -134,7 +135,7 @@ class Attention(nn.Module):
         context = attend(query, key, value, mask, self.logit_cap)
         context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
 
-        out = self._projection((x.shape[-1],), ("heads", "kv"), ("embed",), "out")(context)
+        out = self._projection((x.shape[-1],), (axes.HEADS, axes.KV), (axes.EMBED,), "out")(context)
         return checkpoint_name(out, remat.OUT_PROJ)
 
     def _update_cache(

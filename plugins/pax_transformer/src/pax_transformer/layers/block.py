@@ -12,12 +12,13 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+from pax_core import axes
 from pax_transformer.layers.attention import Attention
 from pax_transformer.layers.feedforward import FeedForward
 from pax_transformer.layers.initializers import dense_init
 from pax_transformer.layers.normalization import Norm
 
-ACTIVATION_AXES = ("batch", "length", "embed")
+ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
 
 
 @dataclasses.dataclass(frozen=True)

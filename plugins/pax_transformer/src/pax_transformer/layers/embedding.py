@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
+from pax_core import axes
 from pax_transformer.layers.initializers import partitioned
 
 
@@ -34,7 +35,7 @@ class TokenEmbedding(nn.Module):
     def setup(self) -> None:
         self.embedding = self.param(
             "embedding",
-            partitioned(self.init, ("vocab", "embed")),
+            partitioned(self.init, (axes.VOCAB, axes.EMBED)),
             (self.vocab_size, self.model_dims),
             self.param_dtype,
         )
@@ -62,7 +63,7 @@ class Softmax(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         kernel = self.param(
             "kernel",
-            partitioned(self.init, ("embed", "vocab")),
+            partitioned(self.init, (axes.EMBED, axes.VOCAB)),
             (x.shape[-1], self.vocab_size),
             self.param_dtype,
         )
@@ -71,7 +72,7 @@ class Softmax(nn.Module):
         )
         if self.use_bias:
             bias = self.param(
-                "bias", partitioned(nn.initializers.zeros, ("vocab",)), (self.vocab_size,),
+                "bias", partitioned(nn.initializers.zeros, (axes.VOCAB,)), (self.vocab_size,),
                 self.param_dtype,
             )
             logits = logits + bias.astype(jnp.float32)

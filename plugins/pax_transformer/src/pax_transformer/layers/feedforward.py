@@ -15,8 +15,13 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
+from pax_core import axes
 from pax_transformer.layers.dense import Projection
 from pax_transformer.layers.validation import check_choice
+
+# Logical axes of the input and output kernels.
+IN_AXES = (axes.EMBED, axes.MLP)
+OUT_AXES = (axes.MLP, axes.EMBED)
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,
@@ -51,10 +56,10 @@ class FeedForward(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         check_choice("activation", self.activation, ACTIVATIONS)
         act = ACTIVATIONS[self.activation]
-        hidden = self._dense(self.hidden_dims, ("embed", "mlp"), "wi")(x)
+        hidden = self._dense(self.hidden_dims, IN_AXES, "wi")(x)
         if self.gated:
-            hidden = act(self._dense(self.hidden_dims, ("embed", "mlp"), "wi_gate")(x)) * hidden
+            hidden = act(self._dense(self.hidden_dims, IN_AXES, "wi_gate")(x)) * hidden
         else:
             hidden = act(hidden)
-        hidden = nn.with_logical_constraint(hidden, ("batch", "length", "mlp"))
-        return self._dense(x.shape[-1], ("mlp", "embed"), "wo")(hidden)
+        hidden = nn.with_logical_constraint(hidden, (axes.BATCH, axes.LENGTH, axes.MLP))
+        return self._dense(x.shape[-1], OUT_AXES, "wo")(hidden)

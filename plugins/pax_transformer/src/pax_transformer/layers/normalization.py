@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pax_core import axes
 from pax_transformer.layers.initializers import partitioned
 from pax_transformer.layers.validation import check_choice
 
@@ -36,12 +37,12 @@ class Norm(nn.Module):
             y = y - jnp.mean(y, axis=-1, keepdims=True)
         y = y * jax.lax.rsqrt(jnp.mean(jnp.square(y), axis=-1, keepdims=True) + self.epsilon)
         scale = self.param(
-            "scale", partitioned(nn.initializers.ones, ("embed",)), (dims,), self.param_dtype
+            "scale", partitioned(nn.initializers.ones, (axes.EMBED,)), (dims,), self.param_dtype
         )
         y = y * scale.astype(jnp.float32)
         if self.kind == "layernorm":
             bias = self.param(
-                "bias", partitioned(nn.initializers.zeros, ("embed",)), (dims,), self.param_dtype
+                "bias", partitioned(nn.initializers.zeros, (axes.EMBED,)), (dims,), self.param_dtype
             )
             y = y + bias.astype(jnp.float32)
         return y.astype(self.dtype)

@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 from flax.typing import Initializer
 
+from pax_core import axes
 from pax_transformer.layers.initializers import partitioned
 
 POSITIONS = ("rotary", "sinusoidal", "learned", "none")
@@ -61,7 +62,7 @@ class LearnedPositions(nn.Module):
     def __call__(self, positions: jax.Array) -> jax.Array:
         table = self.param(
             "embedding",
-            partitioned(self.init, (None, "embed")),
+            partitioned(self.init, (None, axes.EMBED)),
             (self.max_seq_len, self.model_dims),
             self.param_dtype,
         )

@@ -18,6 +18,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pax_core import axes
 from pax_transformer.layers.block import BlockConfig, TransformerBlock
 from pax_transformer.layers.remat import remat_policy
 
@@ -53,7 +54,7 @@ class TransformerStack(nn.Module):
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                 length=self.num_layers,
-                metadata_params={nn.PARTITION_NAME: "layers"},
+                metadata_params={nn.PARTITION_NAME: axes.LAYERS},
             )
             x, _ = block(self.config, self.train, self.decode, name="layers")(
                 x, positions, segment_ids, decode_start
