@@ -123,3 +123,19 @@ def test_c4_builds_without_data_and_says_what_is_missing_when_read(host, tmp_pat
         _first_batch_of(host, f"C4_SPM_MODEL='{model}'", "C4_DATA_DIR='/nonexistent/c4'")
     with pytest.raises(UsageError, match=r"has no c4-train\.\*\.json\* files"):
         _first_batch_of(host, f"C4_SPM_MODEL='{model}'", f"C4_DATA_DIR='{tmp_path}'")
+
+
+def test_model_sizes_are_defined_once_and_all_used():
+    import re
+    from pathlib import Path
+
+    from pax_lm.experiments import sizes
+
+    folder = Path(sizes.__file__).parent
+    used = set()
+    for path in folder.glob("*.py"):
+        text = path.read_text()
+        used |= set(re.findall(r'^@size\("([^"]+)"\)', text, re.M))
+        if path.name not in ("sizes.py", "base.py"):  # base.py: the mixin's defaults
+            assert not re.search(r"^    MODEL_DIMS = ", text, re.M), f"{path.name} sets a size"
+    assert used == set(sizes.SIZES)

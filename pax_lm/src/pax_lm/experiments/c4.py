@@ -12,6 +12,7 @@ import math
 import fiddle as fdl
 
 from pax_lm.experiments.base import PipelinedExperiment, SyntheticDataset, TransformerLmExperiment
+from pax_lm.experiments.sizes import size
 from pax_lm.inputs.c4 import C4Input
 
 
@@ -34,25 +35,18 @@ class C4UnsupervisedDataset:
         ]
 
 
+@size("c4-1024x32")
 class TransformerLmSpmdAdam(TransformerLmExperiment):
     """The c4 model mixin: 32 layers, 16 heads, width 1024, fp32; Adam at 1e-3."""
 
-    NUM_LAYERS = 32
-    NUM_HEADS = 16
-    MODEL_DIMS = 1024
-    HIDDEN_DIMS = 4096
     FPROP_DTYPE = "float32"
     LEARNING_RATE = 1e-3
 
 
+@size("c4-base")
 class C4SpmdAdam(C4UnsupervisedDataset, TransformerLmSpmdAdam):
     """Base of the c4 experiments: 24 layers, width 2048, GELU, checkpoints every 1000 steps."""
 
-    NUM_LAYERS = 24
-    NUM_HEADS = 32
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = 8192
-    DIMS_PER_HEAD = 64
     VOCAB_SIZE = 32128
     ACTIVATION = "gelu"
     CHECKPOINT_POLICY = "SAVE_DOT_FOR_MLPERF_200B"
@@ -61,14 +55,10 @@ class C4SpmdAdam(C4UnsupervisedDataset, TransformerLmSpmdAdam):
     ICI_MESH_SHAPE = [1, 4, 2]
 
 
+@size("1B")
 class C4Spmd1BAdam4Replicas(C4SpmdAdam):
     """1B on a v4-8 (4 chips), global batch 128."""
 
-    NUM_LAYERS = 13
-    MODEL_DIMS = 2560
-    HIDDEN_DIMS = 10240
-    NUM_HEADS = 20
-    DIMS_PER_HEAD = 128
     VOCAB_SIZE = 32000
     PERCORE_BATCH_SIZE = 32
     ICI_MESH_SHAPE = [1, 4, 1]
@@ -78,31 +68,22 @@ class C4Spmd1BAdam4Replicas(C4SpmdAdam):
     SUMMARY_INTERVAL_STEPS = 10
 
 
+@size("2B")
 class C4Spmd2BAdam4Replicas(C4Spmd1BAdam4Replicas):
-    NUM_LAYERS = 18
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = 12288
-    NUM_HEADS = 24
+    """Pax's 2B size."""
 
-
+@size("16B")
 class C4Spmd16BAdam32Replicas(C4Spmd1BAdam4Replicas):
     """16B on a v4-64 (32 chips), global batch 512."""
 
-    NUM_LAYERS = 36
-    MODEL_DIMS = 6144
-    HIDDEN_DIMS = 24576
-    NUM_HEADS = 48
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE = [1, 16, 2]
 
 
+@size("32B")
 class C4Spmd32BAdam64Replicas(C4Spmd1BAdam4Replicas):
     """32B on 64 chips, global batch 512."""
 
-    NUM_LAYERS = 40
-    MODEL_DIMS = 8192
-    HIDDEN_DIMS = 32768
-    NUM_HEADS = 64
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = [1, 16, 4]
 
@@ -129,14 +110,10 @@ class C4Spmd32BAdam64ReplicasLimitSteps(C4Spmd32BAdam64Replicas):
     NUM_TRAIN_STEPS = 15000
 
 
+@size("c4-2layer")
 class LmCloudSpmdAdam(SyntheticDataset, TransformerLmSpmdAdam):
     """A 2-layer, 2048-wide model on synthetic data over a [1, 4, 2] mesh."""
 
-    NUM_LAYERS = 2
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = 8192
-    NUM_HEADS = 32
-    DIMS_PER_HEAD = 64
     PERCORE_BATCH_SIZE = 1
     ICI_MESH_SHAPE = [1, 4, 2]
 
@@ -145,6 +122,7 @@ class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
     NUM_TRAIN_STEPS = 4000
 
 
+@size("gpt3-175B")
 class C4SpmdGpt3AdamOrgHP(C4SpmdAdam):
     """GPT-3 175B with its original hyper-parameters (not registered itself).
 
@@ -152,11 +130,6 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdAdam):
     loop does not implement early stopping yet, so the value is recorded but not acted on.
     """
 
-    NUM_LAYERS = 96
-    NUM_HEADS = 96
-    DIMS_PER_HEAD = 128
-    MODEL_DIMS = 12288
-    HIDDEN_DIMS = 49152
     VOCAB_SIZE = 50257
     MAX_SEQ_LEN = 2048
     TRAINABLE_POSITION_EMB = True
@@ -293,6 +266,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas(C4SpmdPipelineGpt3AdamMLPer
     CHECKPOINT_EVERY_N_STEPS = 6
 
 
+@size("gpt3-24x3072")
 class C4SpmdPipelineGpt3SmallAdam8Replicas(C4SpmdPipelineGpt3AdamOrgHP):
     """GPT-3 XL (1.3B) on 8 chips, 2 stages, 64 microbatches of 8.
 
@@ -300,10 +274,6 @@ class C4SpmdPipelineGpt3SmallAdam8Replicas(C4SpmdPipelineGpt3AdamOrgHP):
     (renamed in March 2023); that name is kept as an alias of this class.
     """
 
-    NUM_LAYERS = 24
-    NUM_HEADS = 24
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = 12288
     VOCAB_SIZE = 51200
     PERCORE_BATCH_SIZE = 64
     NUM_STAGES = 2

@@ -8,14 +8,11 @@ Sizes follow MaxText's "MaxText to Pax" table as Pax registered them
 from __future__ import annotations
 
 from pax_lm.experiments.c4 import C4SpmdAdam, C4SpmdGpt3AdamOrgHP
+from pax_lm.experiments.sizes import size
 
 
+@size("maxtext-22B")
 class C4Spmd22BAdamMaxText(C4SpmdAdam):
-    NUM_LAYERS = 48
-    MODEL_DIMS = 6144
-    HIDDEN_DIMS = 24576
-    NUM_HEADS = 24
-    DIMS_PER_HEAD = 256
     VOCAB_SIZE = 32768
     PERCORE_BATCH_SIZE = 16
     DCN_MESH_SHAPE = [1, 1, 1]
@@ -37,12 +34,8 @@ class C4Spmd22BAdam4xv4_128(C4Spmd22BAdam1xv4_128):
     DCN_MESH_SHAPE = [4, 1, 1]
 
 
+@size("maxtext-22B-wide")
 class C4Spmd22BAdam1xv4_384(C4Spmd22BAdamMaxText):
-    NUM_LAYERS = 24
-    MODEL_DIMS = 9216
-    HIDDEN_DIMS = 36864
-    NUM_HEADS = 24
-    DIMS_PER_HEAD = 384
     PERCORE_BATCH_SIZE = 10
     ICI_MESH_SHAPE = [1, 192, 1]
 
@@ -51,12 +44,8 @@ class C4Spmd22BAdam2xv4_384(C4Spmd22BAdam1xv4_384):
     DCN_MESH_SHAPE = [2, 1, 1]
 
 
+@size("maxtext-v4-8")
 class C4Spmd22BAdam1xv4_8(C4Spmd22BAdamMaxText):
-    NUM_LAYERS = 16
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = 8192
-    NUM_HEADS = 8
-    DIMS_PER_HEAD = 256
     ICI_MESH_SHAPE = [1, 4, 1]
 
 
@@ -68,15 +57,11 @@ class C4Spmd22BAdam4xv4_8(C4Spmd22BAdam1xv4_8):
     DCN_MESH_SHAPE = [4, 1, 1]
 
 
+@size("maxtext-32B")
 class C4Spmd32BAdam1xv5_256(C4Spmd22BAdamMaxText):
     """32B on a v5 slice of 128 chips, sequence 2048 (global batch 256; Pax's docstring says
     2048)."""
 
-    NUM_LAYERS = 40
-    MODEL_DIMS = 8192
-    HIDDEN_DIMS = 32768
-    NUM_HEADS = 32
-    DIMS_PER_HEAD = 256
     MAX_SEQ_LEN = 2048
     PERCORE_BATCH_SIZE = 2
     ICI_MESH_SHAPE = [1, 128, 1]

@@ -6,16 +6,13 @@ Names, sizes, meshes and schedules are Pax's (``paxml/tasks/lm/params/lm_cloud.p
 from __future__ import annotations
 
 from pax_lm.experiments.base import PipelinedExperiment, SyntheticDataset, TransformerLmExperiment
+from pax_lm.experiments.sizes import size
 
 
+@size("pmap-1024x32")
 class LmCloudTransformerAdam(SyntheticDataset, TransformerLmExperiment):
     """32-layer, 1024-wide model on Pax's data-parallel (pmap) path, Adam at 1e-3."""
 
-    NUM_LAYERS = 32
-    MODEL_DIMS = 1024
-    HIDDEN_DIMS = 4096
-    NUM_HEADS = 16
-    DIMS_PER_HEAD = 64
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE = None
     LEARNING_RATE = 1e-3
@@ -34,14 +31,10 @@ class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
     NUM_TRAIN_STEPS = 2000
 
 
+@size("spmd-base")
 class LmCloudSpmd(SyntheticDataset, TransformerLmExperiment):
     """Base of the SPMD family: GELU, repeated (scanned) layers, bf16, Adam at 2.5e-4."""
 
-    NUM_LAYERS = 10
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = 8192
-    NUM_HEADS = 16
-    DIMS_PER_HEAD = 128
     ACTIVATION = "gelu"
     USE_REPEATED_LAYER = True
     PERCORE_BATCH_SIZE = 16
@@ -49,24 +42,17 @@ class LmCloudSpmd(SyntheticDataset, TransformerLmExperiment):
     DCN_MESH_SHAPE = [1, 1, 1]
 
 
+@size("spmd-test")
 class LmCloudSpmdTest(LmCloudSpmd):
     """The CPU test size."""
 
-    NUM_LAYERS = 2
-    MODEL_DIMS = 64
-    HIDDEN_DIMS = 256
-    NUM_HEADS = 8
-    DIMS_PER_HEAD = 8
     PERCORE_BATCH_SIZE = 4
 
 
+@size("2B")
 class LmCloudSpmd2B(LmCloudSpmd):
     """2B on 4 chips (global batch 32; Pax's docstring says 128)."""
 
-    NUM_LAYERS = 18
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = 12288
-    NUM_HEADS = 24
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = [1, 4, 1]
 
@@ -77,58 +63,40 @@ class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
     NUM_TRAIN_STEPS = 300
 
 
+@size("32B")
 class LmCloudSpmd32B(LmCloudSpmd):
-    NUM_LAYERS = 40
-    MODEL_DIMS = 8192
-    HIDDEN_DIMS = 32768
-    NUM_HEADS = 64
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = [1, 16, 4]
     CHECKPOINT_POLICY = "SAVE_CONTEXT_AND_OUT_PROJ"
 
 
+@size("64B")
 class LmCloudSpmd64B(LmCloudSpmd):
-    NUM_LAYERS = 51
-    MODEL_DIMS = 10240
-    HIDDEN_DIMS = 40960
-    NUM_HEADS = 80
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = [1, 16, 8]
     CHECKPOINT_POLICY = "SAVE_CONTEXT_AND_OUT_PROJ"
 
 
+@size("128B")
 class LmCloudSpmd128B(LmCloudSpmd):
-    NUM_LAYERS = 71
-    MODEL_DIMS = 12288
-    HIDDEN_DIMS = 49152
-    NUM_HEADS = 96
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = [1, 64, 4]
 
 
+@size("256B")
 class LmCloudSpmd256B(LmCloudSpmd):
-    NUM_LAYERS = 80
-    MODEL_DIMS = 16384
-    HIDDEN_DIMS = 65536
-    NUM_HEADS = 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = [1, 64, 8]
 
 
+@size("512B")
 class LmCloudSpmd512B(LmCloudSpmd):
-    NUM_LAYERS = 102
-    MODEL_DIMS = 20480
-    HIDDEN_DIMS = 81920
-    NUM_HEADS = 160
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = [1, 64, 16]
 
 
+@size("1024B")
 class LmCloudSpmd1024B(LmCloudSpmd):
-    NUM_LAYERS = 142
-    MODEL_DIMS = 24576
-    HIDDEN_DIMS = 98304
-    NUM_HEADS = 192
     PERCORE_BATCH_SIZE = 2
     ICI_MESH_SHAPE = [1, 256, 8]
 
@@ -147,13 +115,10 @@ class LmCloudSpmdPipeline(PipelinedExperiment, LmCloudSpmd):
     DCN_MESH_SHAPE = [1, 1, 1, 1]
 
 
+@size("9B")
 class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     """16 stages of 3 layers, 128 microbatches of 4."""
 
-    NUM_LAYERS = 48
-    MODEL_DIMS = 4096
-    HIDDEN_DIMS = 16384
-    NUM_HEADS = 32
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = [16, 4, 1, 1]
     NUM_STAGES = 16
@@ -161,13 +126,10 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     FPROP_DTYPE = "float32"
 
 
+@size("gpt3-175B")
 class LmCloudSpmdPipeline175B(LmCloudSpmdPipeline):
     """GPT-3 size over 8 hosts x 16 A100s: 8 stages over DCN, sequence 2048."""
 
-    NUM_LAYERS = 96
-    MODEL_DIMS = 12288
-    HIDDEN_DIMS = 49152
-    NUM_HEADS = 96
     MAX_SEQ_LEN = 2048
     PERCORE_BATCH_SIZE = 0.75
     ICI_MESH_SHAPE = [1, 1, 1, 16]
@@ -176,13 +138,10 @@ class LmCloudSpmdPipeline175B(LmCloudSpmdPipeline):
     MICROBATCH_SIZE = 2
 
 
+@size("2B")
 class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
     """2 stages over DCN; the embedding weight split over (replica, data); streamed inputs."""
 
-    NUM_LAYERS = 18
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = 12288
-    NUM_HEADS = 24
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE = [1, 4, 1, 1]
     DCN_MESH_SHAPE = [2, 1, 1, 1]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import fiddle as fdl
 
 from pax_lm.experiments.base import TransformerLmExperiment
+from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.tokenizers import ByteTokenizer
 
@@ -31,6 +32,7 @@ class TextCorpusDataset:
         ]
 
 
+@size("quickstart")
 class QuickStartLm(TextCorpusDataset, TransformerLmExperiment):
     """A 1.8M-parameter GPT (4 layers, width 192, rotary positions) on the King James Bible.
 
@@ -39,11 +41,6 @@ class QuickStartLm(TextCorpusDataset, TransformerLmExperiment):
     ``pax decode --job-dir DIR --prompt "In the beginning"`` continues text.
     """
 
-    NUM_LAYERS = 4
-    MODEL_DIMS = 192
-    HIDDEN_DIMS = 768
-    NUM_HEADS = 4
-    DIMS_PER_HEAD = 48
     VOCAB_SIZE = ByteTokenizer.vocab_size
     MAX_SEQ_LEN = 128
     ACTIVATION = "gelu"
@@ -72,14 +69,10 @@ class QuickStartLm(TextCorpusDataset, TransformerLmExperiment):
         return self.PERCORE_BATCH_SIZE
 
 
+@size("tiny")
 class TinyLmForTests(QuickStartLm):
     """The smallest LM that visibly learns: for tests and examples."""
 
-    NUM_LAYERS = 2
-    MODEL_DIMS = 64
-    HIDDEN_DIMS = 256
-    NUM_HEADS = 4
-    DIMS_PER_HEAD = 16
     MAX_SEQ_LEN = 32
     LR_COS_WARMUP = 5
     LR_COS_DECAY_START = 5
