@@ -18,7 +18,7 @@ import jax
 import numpy as np
 import optax
 
-from pax_core.config import resolve as config
+from pax_core.config.resolve import resolve
 from pax_core.plugins.host import PluginHost
 
 
@@ -30,7 +30,7 @@ def main() -> None:
     parser.add_argument("--set", dest="set_items", action="append", default=[])
     args = parser.parse_args()
 
-    job = config.resolve(PluginHost(), args.exp, None, args.set_items).build()
+    job = resolve(PluginHost(), args.exp, None, args.set_items).build()
     model = job.task.model
     tx = job.task.train.learner.optimizer.build()
     data = next(d for d in job.datasets if d.is_training)

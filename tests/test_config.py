@@ -22,8 +22,8 @@ from fiddle.experimental import serialization
 from pax_core import hookimpl
 from pax_core.cli.main import main
 from pax_core.config import overrides
-from pax_core.config import resolve as config
 from pax_core.config.optimizers import Adam
+from pax_core.config.resolve import resolve
 from pax_core.config.task import Train
 from pax_core.errors import UsageError
 from pax_core.plugins.records import ExperimentRef
@@ -72,7 +72,7 @@ def test_constant_override_reaches_every_value_derived_from_it(capsys):
 
 
 def test_constant_override_applies_before_task_runs(host):
-    resolved = config.resolve(host, "MlpSynthetic", None, ["NUM_TRAIN_STEPS=4"])
+    resolved = resolve(host, "MlpSynthetic", None, ["NUM_TRAIN_STEPS=4"])
     assert resolved.experiment.NUM_TRAIN_STEPS == 4
     assert resolved.config.task.train.num_train_steps == 4
     assert resolved.config.task.train.learner.optimizer.lr_schedule.decay_end == 4
@@ -202,7 +202,7 @@ def test_path_goes_through_fields_left_to_their_default_factory():
     ],
 )
 def test_registered_experiment_is_found_by_every_name_it_answers_to(host, query, name):
-    assert config.resolve(host, query, None, []).name == name
+    assert resolve(host, query, None, []).name == name
 
 
 def test_module_colon_class_needs_no_plugin(host, tmp_path, monkeypatch):
@@ -212,13 +212,13 @@ def test_module_colon_class_needs_no_plugin(host, tmp_path, monkeypatch):
         "    HIDDEN_DIMS = (256,)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    resolved = config.resolve(host, "my_experiments:Wide", None, [])
+    resolved = resolve(host, "my_experiments:Wide", None, [])
     assert resolved.name == "my_experiments:Wide"
     assert resolved.config.task.model.hidden_dims == (256,)
 
 
 def test_one_class_has_one_name_however_it_is_spelt(host):
-    names = {config.resolve(host, q, None, []).name
+    names = {resolve(host, q, None, []).name
              for q in ("MlpSynthetic", "examples.MlpSynthetic", "pax_core.examples:MlpSynthetic")}
     assert names == {"core/MlpSynthetic"}
 
@@ -231,7 +231,7 @@ def test_file_colon_class_loads_a_users_own_file(host, tmp_path, monkeypatch):
         "    NUM_CLASSES = 3\n"
     )
     monkeypatch.chdir(tmp_path)
-    resolved = config.resolve(host, "exps/mine.py:ThreeClasses", None, [])
+    resolved = resolve(host, "exps/mine.py:ThreeClasses", None, [])
     assert resolved.name == f"{tmp_path / 'exps' / 'mine.py'}:ThreeClasses"
     assert resolved.config.task.model.num_classes == 3
 
@@ -248,7 +248,7 @@ def test_file_colon_class_loads_a_users_own_file(host, tmp_path, monkeypatch):
 )
 def test_bad_class_target_is_a_usage_error(host, query, message):
     with pytest.raises(UsageError, match=re.escape(message)):
-        config.resolve(host, query, None, [])
+        resolve(host, query, None, [])
 
 
 def test_suffix_two_experiments_share_is_ambiguous(host):
@@ -259,8 +259,8 @@ def test_suffix_two_experiments_share_is_ambiguous(host):
         with pytest.raises(UsageError, match=re.escape(
                 "experiment 'counting.TinyCountingLegacy' is ambiguous: "
                 "testplugin/TinyCounting, twin/TwinCounting; give more of its path")):
-            config.resolve(host, "counting.TinyCountingLegacy", None, [])
-        resolved = config.resolve(host, "test.params.counting.TinyCountingLegacy", None, [])
+            resolve(host, "counting.TinyCountingLegacy", None, [])
+        resolved = resolve(host, "test.params.counting.TinyCountingLegacy", None, [])
         assert resolved.name == "testplugin/TinyCounting"
 
 
@@ -268,22 +268,22 @@ def test_suffix_two_experiments_share_is_ambiguous(host):
 def test_unknown_experiment_lists_the_closest_names(host, query):
     with pytest.raises(UsageError, match=re.escape(
             f"unknown experiment '{query}'; closest: MlpSynthetic")):
-        config.resolve(host, query, None, [])
+        resolve(host, query, None, [])
 
 
 def test_plugin_option_restricts_the_lookup_to_that_plugin(host):
-    assert config.resolve(host, "TinyCounting", "testplugin", []).name == "testplugin/TinyCounting"
+    assert resolve(host, "TinyCounting", "testplugin", []).name == "testplugin/TinyCounting"
     with pytest.raises(UsageError, match="unknown experiment 'MlpSynthetic' in plugin "
                                          "'testplugin'"):
-        config.resolve(host, "MlpSynthetic", "testplugin", [])
+        resolve(host, "MlpSynthetic", "testplugin", [])
     with pytest.raises(UsageError, match="'core/MlpSynthetic' is not from plugin 'testplugin'"):
-        config.resolve(host, "core/MlpSynthetic", "testplugin", [])
+        resolve(host, "core/MlpSynthetic", "testplugin", [])
 
 
 def test_plugin_option_must_name_an_installed_plugin(host):
     with pytest.raises(UsageError, match="unknown plugin 'missing'; installed plugins: core, "
                                          "testplugin"):
-        config.resolve(host, "MlpSynthetic", "missing", [])
+        resolve(host, "MlpSynthetic", "missing", [])
 
 
 def test_cli_finds_an_installed_plugins_experiment_by_its_alias(capsys):
@@ -314,7 +314,7 @@ def test_config_json_loads_back_to_the_same_config(capsys):
                         "--set", "task.model.num_classes=3")
     assert code == 0
     assert out.endswith("}\n")
-    expected = config.resolve(isolated_host(), "MlpSynthetic", None, ["task.model.num_classes=3"])
+    expected = resolve(isolated_host(), "MlpSynthetic", None, ["task.model.num_classes=3"])
     assert serialization.load_json(out) == expected.config
 
 
@@ -328,4 +328,4 @@ def test_experiment_needing_a_missing_plugin_says_which(host, tmp_path, monkeypa
     with pytest.raises(UsageError, match=re.escape(
             "experiment needs_plugin:Pipelined needs the pax-not-installed plugin, which is not "
             "installed (pip install pax-not-installed)")):
-        config.resolve(host, "needs_plugin:Pipelined", None, [])
+        resolve(host, "needs_plugin:Pipelined", None, [])

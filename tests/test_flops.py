@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pax_core.config import resolve as config
+from pax_core.config.resolve import resolve
 from pax_core.run.build import build_run
 from pax_core.speed.flops import hardware_flops, loop_correction, step_flops
 from pax_core.testing import isolated_host
@@ -61,7 +61,7 @@ def test_a_program_without_loops_is_xla_s_count_times_the_devices():
 
 def test_mlp_formula_is_six_flops_per_weight_and_example():
     host = isolated_host()
-    run = build_run(host, config.resolve(host, "MlpSynthetic", None, []), jax.devices()[:1],
+    run = build_run(host, resolve(host, "MlpSynthetic", None, []), jax.devices()[:1],
                     read_data=False)
     compiled = run.compile_train_step()
     counted = step_flops(run.task.model, run.batch_spec, compiled, 1)

@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from pax_core.config import resolve as config
+from pax_core.config.resolve import resolve
 from pax_core.run.build import build_run
 from pax_core.testing import isolated_host
 
@@ -25,7 +25,7 @@ def host():
 
 def _run(host, partitioner: str, mesh: list[int] | None, devices: list):
     per_core = GLOBAL_BATCH / len(devices)
-    resolved = config.resolve(host, "LmCloudSpmdTest", "lm", [
+    resolved = resolve(host, "LmCloudSpmdTest", "lm", [
         f"PARTITIONER='{partitioner}'", f"ICI_MESH_SHAPE={mesh}", f"PERCORE_BATCH_SIZE={per_core}",
         "VOCAB_SIZE=256", "MAX_SEQ_LEN=32", "FPROP_DTYPE='float32'",
     ])
@@ -125,7 +125,7 @@ def test_checkpoint_moves_to_another_mesh(host, tmp_path):
 def test_mesh_mistakes_name_the_constant(host, overrides, message):
     from pax_core.errors import UsageError
 
-    resolved = config.resolve(host, "LmCloudSpmdTest", "lm",
+    resolved = resolve(host, "LmCloudSpmdTest", "lm",
                               ["PARTITIONER='spmd'", "FPROP_DTYPE='float32'", *overrides])
     devices = jax.devices()[:4] if "[1,4,1]" in str(overrides) else jax.devices()
     with pytest.raises(UsageError, match=message.replace("[", r"\[").replace("]", r"\]")

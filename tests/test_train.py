@@ -13,7 +13,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pax_core import hookimpl
-from pax_core.config import resolve as config
+from pax_core.config.resolve import resolve
 from pax_core.errors import RunError, UsageError
 from pax_core.run import commands
 from pax_core.run.build import build_run
@@ -28,7 +28,7 @@ def host():
 
 
 def _run(host, devices, *overrides):
-    resolved = config.resolve(host, "TinyCounting", None, list(overrides))
+    resolved = resolve(host, "TinyCounting", None, list(overrides))
     return build_run(host, resolved, devices)
 
 

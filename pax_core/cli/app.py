@@ -87,9 +87,9 @@ def experiments_command(ctx: typer.Context, plugin: PluginOpt = None,
 def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
                    set_items: SetOpt = None, as_json: JsonOpt = False) -> None:
     """Print the resolved configuration of an experiment, overrides applied."""
-    from pax_core.config import resolve as config
+    from pax_core.config.resolve import resolve
 
-    resolved = config.resolve(_host(ctx), exp, plugin, set_items or [])
+    resolved = resolve(_host(ctx), exp, plugin, set_items or [])
     resolved.build()
     typer.echo(resolved.to_json() if as_json else resolved.to_text(), nl=False)
 

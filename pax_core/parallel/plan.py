@@ -17,7 +17,7 @@ from typing import Any
 import jax
 
 from pax_core.config import lookup, overrides
-from pax_core.config import resolve as config
+from pax_core.config.resolve import resolve
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import build_run
@@ -85,7 +85,7 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
     if len(devices) < num_devices:
         raise UsageError(f"planning needs {num_devices} devices and JAX has {len(devices)}; "
                          f"run pax plan in a fresh process")
-    resolved = config.resolve(host, exp, plugin, set_items)
+    resolved = resolve(host, exp, plugin, set_items)
     run = build_run(host, resolved, devices[:num_devices], read_data=False)
     # Donated as on the accelerators being planned for, whatever the fake devices are.
     compiled = run.compile_train_step(donate_state=True)

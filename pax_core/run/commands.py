@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax
 
-from pax_core.config import resolve as config
+from pax_core.config.resolve import ResolvedExperiment, resolve
 from pax_core.errors import RunError, UsageError
 from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software
@@ -23,7 +23,7 @@ from pax_core.run.runtime import start_runtime
 from pax_core.run.state import TrainState
 
 
-def _config_text(resolved: config.ResolvedExperiment, host: PluginHost) -> str:
+def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
     header = [f"# experiment: {resolved.name}"]
     header += [f"# override: {o}" for o in resolved.overrides]
     header += [f"# plugin {n}: {v}" for n, v in host.active_versions().items()]
@@ -34,7 +34,7 @@ def _config_text(resolved: config.ResolvedExperiment, host: PluginHost) -> str:
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
              job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None
              ) -> Run:
-    resolved = config.resolve(host, exp, plugin, set_items)
+    resolved = resolve(host, exp, plugin, set_items)
     job_dir.check_same_experiment(resolved.name)
     devices = start_runtime(host, platform, distributed)
     check_same_software(host)
