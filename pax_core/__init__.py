@@ -44,6 +44,7 @@ _EXPORTS: dict[str, str] = {
     "LinearRampupCosineDecay": "pax_core.config.schedules",
     # interfaces a plugin implements, and the built-ins it may reuse
     "ModelOutput": "pax_core.models.output",
+    "MlpClassifier": "pax_core.models.mlp",
     "Input": "pax_core.inputs.base",
     "SyntheticInput": "pax_core.inputs.synthetic",
     "Logger": "pax_core.loggers.base",

@@ -252,9 +252,10 @@ def test_bad_class_target_is_a_usage_error(host, query, message):
 
 
 def test_suffix_two_experiments_share_is_ambiguous(host):
-    twin = types.SimpleNamespace(pax_register_experiments=hookimpl(lambda: [ExperimentRef(
+    twin = types.ModuleType("twin")
+    twin.pax_register_experiments = hookimpl(lambda: [ExperimentRef(
         "TwinCounting", "pax_testplugin.experiments:TinyCounting",
-        aliases=("tasks.other.params.counting.TinyCountingLegacy",))]))
+        aliases=("tasks.other.params.counting.TinyCountingLegacy",))])
     with register_plugin(host, twin, "twin"):
         with pytest.raises(UsageError, match=re.escape(
                 "experiment 'counting.TinyCountingLegacy' is ambiguous: "

@@ -26,7 +26,8 @@ API = [
     "API_VERSION", "Adam", "Backend", "CheckpointSettings", "Checkpointer", "Component",
     "Constant", "CpuBackend", "ExpOpt", "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt",
     "JsonOpt", "Learner", "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Logger",
-    "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Reduction",
+    "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
+    "PluginOpt", "Reduction",
     "Run", "RunError", "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState",
     "UsageError", "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]
@@ -37,6 +38,23 @@ TESTING_API = [
 ]
 PLUGIN_SOURCES = ["pax_lm/src", "plugins/pax_transformer/src",
                   "tests/plugins/pax_testplugin/src"]
+
+
+def _installed(tmp_path: Path, name: str, source: str) -> dict[str, str]:
+    """A distribution pax-NAME with a plugin module on disk; the environment that sees it."""
+    site = tmp_path / "site"
+    dist = site / f"pax_{name}-0.3.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: pax-{name}\nVersion: 0.3.0\n")
+    (dist / "entry_points.txt").write_text(f"[pax]\n{name} = pax_{name}_plugin\n")
+    (site / f"pax_{name}_plugin.py").write_text(textwrap.dedent(source))
+    return {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
+            "PYTHONPATH": str(site)}
+
+
+def _pax(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pax_core.cli.main", *args], env=env,
+                          capture_output=True, text=True, timeout=60)
 
 
 def test_the_public_surface_is_frozen():
@@ -132,24 +150,13 @@ def test_a_malformed_range_fails_the_plugin():
 
 
 def test_pax_plugins_shows_an_incompatible_plugin(tmp_path):
-    site = tmp_path / "site"
-    dist = site / "pax_future-0.3.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pax-future\nVersion: 0.3.0\n")
-    (dist / "entry_points.txt").write_text("[pax]\nfuture = pax_future_plugin\n")
-    (site / "pax_future_plugin.py").write_text('PAX_API = ">=2,<3"\n')
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
-           "PYTHONPATH": str(site)}
-    listed = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "plugins", "--json"],
-                            env=env, capture_output=True, text=True, timeout=60)
-    data = json.loads(listed.stdout)
+    env = _installed(tmp_path, "future", 'PAX_API = ">=2,<3"\n')
+    data = json.loads(_pax("plugins", "--json", env=env).stdout)
     assert data["api_version"] == pax_core.API_VERSION
     future = next(p for p in data["plugins"] if p["name"] == "future")
     assert (future["status"], future["api"]) == ("incompatible", ">=2,<3")
     assert pax_core.API_VERSION in future["reason"]
-    asked = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments",
-                            "--plugin", "future"], env=env, capture_output=True, text=True,
-                           timeout=60)
+    asked = _pax("experiments", "--plugin", "future", env=env)
     assert asked.returncode == 2
     assert "built for pax API >=2,<3" in asked.stderr and "Traceback" not in asked.stderr
 
@@ -210,12 +217,7 @@ def test_hook_wrappers_run_around_registrations_and_notifications():
 
 
 def test_entry_point_wrappers_see_every_plugins_registration(tmp_path):
-    site = tmp_path / "site"
-    dist = site / "pax_wraps-0.1.0.dist-info"
-    dist.mkdir(parents=True)
-    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: pax-wraps\nVersion: 0.1.0\n")
-    (dist / "entry_points.txt").write_text("[pax]\nwraps = pax_wraps_plugin\n")
-    (site / "pax_wraps_plugin.py").write_text(textwrap.dedent("""
+    env = _installed(tmp_path, "wraps", """
         import sys
         from pax_core import hookimpl
 
@@ -224,24 +226,24 @@ def test_entry_point_wrappers_see_every_plugins_registration(tmp_path):
             results = yield
             print("wrapped", [c.name for r in results for c in r], file=sys.stderr)
             return results
-    """))
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
-           "PYTHONPATH": str(site)}
-    result = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "plugins"], env=env,
-                            capture_output=True, text=True, timeout=60)
+    """)
+    result = _pax("plugins", env=env)
     assert "wrapped ['mlp']" in result.stderr  # the core's, loaded before the wrapper
     assert "wrapped ['tiny_lm']" in result.stderr  # the test plugin's
 
 
-def test_trace_prints_each_hook_call_with_its_duration(tmp_path):
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PAX_")},
-           "PAX_TRACE_PLUGINS": "1"}
-    result = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments"],
-                            env=env, capture_output=True, text=True, timeout=60)
-    lines = [line for line in result.stderr.splitlines() if line.startswith("pax: trace: ")]
+def test_trace_prints_each_hook_call_with_its_duration():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PAX_")}
+    traced = _pax("experiments", env={**env, "PAX_TRACE_PLUGINS": "1"})
+    lines = [line for line in traced.stderr.splitlines() if line.startswith("pax: trace: ")]
     assert any(line.startswith("pax: trace: pax_register_experiments [testplugin] ")
-               and line.endswith(" ms") for line in lines), result.stderr
-    quiet = subprocess.run([sys.executable, "-m", "pax_core.cli.main", "experiments"],
-                           env={k: v for k, v in env.items() if k != "PAX_TRACE_PLUGINS"},
-                           capture_output=True, text=True, timeout=60)
-    assert "pax: trace:" not in quiet.stderr
+               and line.endswith(" ms") for line in lines), traced.stderr
+    assert "pax: trace:" not in _pax("experiments", env=env).stderr
+
+
+def test_an_unhashable_plugin_is_refused_clearly():
+    import types
+
+    record = isolated_host(("ns", types.SimpleNamespace())).records["ns"]
+    assert record.status == "failed"
+    assert "must be a module or a hashable object" in record.reason

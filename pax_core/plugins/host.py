@@ -116,6 +116,15 @@ def _distribution_of(plugin: Any) -> tuple[str, str | None]:
     return names[0], importlib.metadata.version(names[0])
 
 
+def _check_hashable(plugin: object) -> None:
+    """pluggy keeps plugins in sets (its subset callers), so a plugin must be hashable."""
+    try:
+        hash(plugin)
+    except TypeError:
+        raise TypeError(f"a plugin must be a module or a hashable object, not an unhashable "
+                        f"{type(plugin).__name__}") from None
+
+
 class PluginHost:
     """A pluggy manager plus the components each plugin registered.
 
@@ -212,6 +221,7 @@ class PluginHost:
         """Check the plugin's API range and register it with pluggy; None if it was refused."""
         record = PluginRecord(name, distribution, version or "?", source)
         try:
+            _check_hashable(plugin)
             record.api = declared_range(plugin)
             check_compatible(record.api)
             self.pm.register(plugin, name=name)
