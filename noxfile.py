@@ -67,6 +67,8 @@ def plugin_kit(session: nox.Session) -> None:
     session.run("pax", "plugins", "new", "kitdemo", "--backend", "--output", plugin)
     session.run("python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ".", plugin,
                 "./plugins/pax_transformer", "./pax_lm")
+    for package in (".", "plugins/pax_transformer", "pax_lm"):  # setuptools' build/ folders
+        shutil.rmtree(os.path.join(package, "build"), ignore_errors=True)
     env = {"PAX_STRICT_PLUGINS": "1"}
     author = _fresh_venv(session, os.path.join(tmp, "author"))
     session.run(f"{author}/pip", "install", "-q", "--find-links", wheels, "pax-kitdemo[test]",

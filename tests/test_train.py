@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from pax_core import hookimpl
 from pax_core.config.resolve import resolve
-from pax_core.errors import RunError, UsageError
+from pax_core.errors import RunError, Stopped, UsageError
 from pax_core.run import commands
 from pax_core.run.build import build_run
 from pax_core.testing import isolated_host, register_plugin
@@ -107,10 +107,11 @@ def test_sigterm_saves_a_checkpoint_and_stops(host, tmp_path):
                 os.kill(os.getpid(), signal.SIGTERM)
 
     with register_plugin(host, Preempt(), "preempt"), pytest.raises(
-        RunError, match="interrupted at step 10"
-    ):
+        Stopped, match=r"stopped on request \(SIGTERM\) at step 10"
+    ) as stopped:
         commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path), set_items=[])
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["10"]
+    assert stopped.value.exit_code == 128 + signal.SIGTERM
 
 
 def test_failing_input_stops_the_run_naming_its_plugin(host, tmp_path, monkeypatch):

@@ -4,7 +4,8 @@ This module imports only typer and the plugin host: ``pax --help`` and ``pax plu
 start JAX. Commands import the training machinery when they run.
 
 Exit codes: 0 success; 2 a usage or configuration mistake (one line on stderr, nothing written);
-1 a failure during a run. A process of a multi-process run that fails does not wait long for the
+1 a failure during a run; 128 + the signal (143 SIGTERM, 130 SIGINT) a run stopped on request,
+its checkpoint saved. A process of a multi-process run that fails does not wait long for the
 others to finish (``pax_core.parallel.processes``).
 """
 
@@ -16,7 +17,7 @@ import traceback
 import typer
 
 from pax_core.cli import app as app_module
-from pax_core.errors import PaxError
+from pax_core.errors import PaxError, Stopped
 from pax_core.parallel import processes as distributed
 from pax_core.plugins.host import PluginHost, PluginSelection
 
@@ -62,6 +63,9 @@ def main(argv: list[str] | None = None) -> None:
         host = PluginHost(selection)
         app = app_module.build_app(host)
         app(args=argv, prog_name="pax", obj=host)
+    except Stopped as e:
+        typer.echo(f"pax: {e}", err=True)
+        distributed.exit_after_failure(e.exit_code)
     except PaxError as e:
         typer.echo(f"pax: error: {e}", err=True)
         distributed.exit_after_failure(e.exit_code)

@@ -8,6 +8,7 @@ learning rate at a step is ``learning_rate * lr_schedule(step)``, Pax's conventi
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 import optax
@@ -27,6 +28,11 @@ class Optimizer:
     lr_schedule: Any = dataclasses.field(default_factory=Constant)
     clip_gradient_norm_to_value: float = 0.0
     weight_decay: float = 0.0
+
+    def __post_init__(self):
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"learning_rate must be a finite number > 0, got "
+                             f"{self.learning_rate}")
 
     def learning_rate_at(self, step: Any) -> Any:
         return self.learning_rate * self.lr_schedule(step)

@@ -11,6 +11,8 @@ from typing import Any
 
 from pax_core.config.optimizers import Adam
 
+ANOMALY_ACTIONS = ("stop", "skip")
+
 
 @dataclasses.dataclass
 class Learner:
@@ -18,14 +20,24 @@ class Learner:
 
     ``num_microbatches`` > 1 accumulates gradients over that many slices of each batch before
     one update (the batch must divide evenly).
+
+    ``on_anomaly`` says what a step whose loss or gradient norm is not finite (NaN, Inf) does:
+    ``stop`` (the default) ends the run with a message naming the step, before that state is
+    evaluated or saved, so the newest checkpoint is the last good one; ``skip`` leaves the
+    parameters and optimizer state as they were (Pax's skip-on-anomaly) and counts the step in
+    the ``skipped_steps`` metric.
     """
 
     optimizer: Any = dataclasses.field(default_factory=Adam)
     num_microbatches: int = 1
+    on_anomaly: str = "stop"
 
     def __post_init__(self):
         if self.num_microbatches < 1:
             raise ValueError(f"num_microbatches must be >= 1, got {self.num_microbatches}")
+        if self.on_anomaly not in ANOMALY_ACTIONS:
+            raise ValueError(f"on_anomaly must be one of {', '.join(ANOMALY_ACTIONS)}, got "
+                             f"{self.on_anomaly!r}")
 
 
 @dataclasses.dataclass

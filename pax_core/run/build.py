@@ -77,7 +77,8 @@ class Run:
         says so, unless ``donate_state`` decides."""
         learner, partitioner = self.task.train.learner, self.partitioner
         step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
-                               learner.num_microbatches, partitioner.reduction)
+                               learner.num_microbatches, partitioner.reduction,
+                               skip_anomalies=learner.on_anomaly == "skip")
         donate = self.donates_train_state if donate_state is None else donate_state
         batch_shardings = self.batch_shardings(self.batch_spec)
         jitted = partitioner.compile_step(step, self.state_shardings, batch_shardings,

@@ -7,10 +7,12 @@ directory's record is written.
 
 from __future__ import annotations
 
+import signal
+
 import jax
 
 from pax_core.config.resolve import ResolvedExperiment, resolve
-from pax_core.errors import RunError, UsageError
+from pax_core.errors import Stopped, UsageError
 from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software
 from pax_core.plugins.host import PluginHost
@@ -61,6 +63,12 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
         loop = TrainLoop(run, checkpointer, host, peak_tflops=peak_tflops,
                          profile_steps=profile_steps)
         state, step = restore_or_init(host, run, checkpointer)
+        total = run.task.train.num_train_steps
+        if step > total:
+            raise UsageError(f"the checkpoint in {jd.checkpoints} is at step {step}, past "
+                             f"num_train_steps {total}; raise NUM_TRAIN_STEPS (or "
+                             f"task.train.num_train_steps) or use another --job-dir "
+                             f"(nothing was changed)")
         config_text = _config_text(run.resolved, host)
         if primary:
             jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
@@ -77,8 +85,9 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     finally:
         checkpointer.close()
     if status == "interrupted":
-        raise RunError(f"interrupted at step {step}; the checkpoint is saved, run the same "
-                       f"command to resume")
+        name = signal.Signals(loop.stop_signal).name
+        raise Stopped(f"stopped on request ({name}) at step {step}; the checkpoint is saved: run "
+                      f"the same command to resume", loop.stop_signal)
     return status
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 
 from pax_core.checkpointers.base import Checkpointer
-from pax_core.errors import PaxError, RunError
+from pax_core.errors import PaxError, RunError, warn
 from pax_core.loggers import LoggerGroup
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
@@ -33,11 +33,16 @@ from pax_core.speed.profiling import StepProfiler
 
 
 @contextlib.contextmanager
-def _stop_on_signals(flag: dict[str, bool]):
-    """Turn SIGTERM/SIGINT into a request to stop after the current step."""
+def _stop_on_signals(flag: dict[str, int]):
+    """Turn SIGTERM/SIGINT into a request to stop after the current step (``flag["stop"]`` is
+    the signal's number). A repeated request is acknowledged, not obeyed: the checkpoint being
+    written must finish, or the previous one would stay the latest."""
 
     def handler(signum, frame):
-        flag["stop"] = True
+        if flag["stop"]:
+            warn(f"{signal.Signals(signum).name} again: still saving the checkpoint, then "
+                 f"stopping")
+        flag["stop"] = flag["stop"] or signum
 
     previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -69,6 +74,11 @@ class TrainLoop:
         self.clock = StepClock()
         self.profile_steps = profile_steps
         self._first_step_sec: float | None = None
+        self.stop_signal = 0
+        # Per-step "loss or gradients not finite" flags not yet read: (step, device scalar);
+        # and how many steps were skipped since the last summary.
+        self._anomalies: list[tuple[int, jax.Array]] = []
+        self._skipped = 0
         self._uncommitted: list[int] = []
 
     def _compile(self) -> Any:
@@ -83,8 +93,30 @@ class TrainLoop:
         self.loggers.write(step, kind, metrics)
         notify(self.pm, "pax_on_metrics", run=self.info, step=step, kind=kind, metrics=metrics)
 
+    def _check_anomalies(self) -> None:
+        """Read the anomaly flags of the steps since the last check and count them into
+        ``skipped_steps``. Under ``on_anomaly='stop'`` any is the end of the run, before the
+        state that holds it could be evaluated or saved."""
+        flags = jax.device_get([flag for _, flag in self._anomalies])
+        bad = [step for (step, _), flag in zip(self._anomalies, flags, strict=True) if flag > 0]
+        self._anomalies = []
+        if bad and self.settings.learner.on_anomaly == "stop":
+            self.checkpointer.wait()
+            latest = self.checkpointer.latest_step()
+            kept = (f"the newest checkpoint, step {latest}, is from before it" if latest
+                    is not None else "no checkpoint was saved")
+            raise RunError(
+                f"training diverged: the loss or the gradients were not finite at step "
+                f"{bad[0]} ({len(bad)} of the steps up to {bad[-1]}); {kept}. Lower the "
+                f"learning rate, or set task.train.learner.on_anomaly='skip' to skip such "
+                f"updates")
+        self._skipped += len(bad)
+
     def _summarise(self, step: int, metrics: dict[str, jax.Array]) -> None:
-        values = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        self._check_anomalies()
+        values = {k: float(v) for k, v in jax.device_get(metrics).items() if k != "anomalous"}
+        if self.settings.learner.on_anomaly == "skip":  # since the previous summary
+            values["skipped_steps"], self._skipped = float(self._skipped), 0
         steps_per_sec, breakdown = self.clock.lap(step - self._last_summary_step)
         self._last_summary_step = step
         values["steps_per_sec"] = steps_per_sec
@@ -101,10 +133,12 @@ class TrainLoop:
     def _evaluate(self, step: int, params: Any) -> None:
         if not self.run.eval_inputs:
             return
+        self._check_anomalies()
         for name, metrics in self.evaluator.evaluate(params).items():
             self._log(step, f"eval/{name}", metrics)
 
     def _save(self, step: int, state: TrainState) -> None:
+        self._check_anomalies()
         try:
             started = self.checkpointer.save(step, state, self.run.train_input.get_state())
         except Exception as e:
@@ -148,16 +182,19 @@ class TrainLoop:
         self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
         profiler.check_window(step, total)
-        flag = {"stop": False}
+        flag = {"stop": 0}
         # The first step's time is its own: the state (initialised or restored) is ready first.
         jax.block_until_ready(state)
-        with _stop_on_signals(flag), contextlib.closing(profiler):
-            state, step = self._steps(state, step, flag, profiler)
-        status = "interrupted" if flag["stop"] else "completed"
-        self._save(step, state)
-        if status == "completed":
-            self._evaluate(step, state.params)
-        self.checkpointer.wait()
+        with _stop_on_signals(flag):
+            with contextlib.closing(profiler):
+                state, step = self._steps(state, step, flag, profiler)
+            self.stop_signal = flag["stop"]
+            status = "interrupted" if self.stop_signal else "completed"
+            self._save(step, state)
+            if status == "completed":
+                self._check_anomalies()
+                self._evaluate(step, state.params)
+            self.checkpointer.wait()
         self._announce_committed()
         return state, step, status
 
@@ -173,6 +210,7 @@ class TrainLoop:
             with profiler.step(step + 1):
                 state, metrics = self._step(state, batch)
             step += 1
+            self._anomalies.append((step, metrics["anomalous"]))
             profiler.finished(step, metrics)
             inflight.append(metrics["loss"])
             if len(inflight) > settings.max_inflight_steps:

@@ -41,11 +41,14 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_at: Callable[[jax.Array], jax.Array],
-                    num_microbatches: int = 1, reduction: Reduction | None = None
-                    ) -> Callable[..., tuple[TrainState, dict]]:
+                    num_microbatches: int = 1, reduction: Reduction | None = None,
+                    skip_anomalies: bool = False) -> Callable[..., tuple[TrainState, dict]]:
     """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
     asked, and combined across shards by ``reduction`` when the step runs per shard), one
-    optimizer update, and the step's loss, learning rate and gradient norm."""
+    optimizer update, and the step's loss, learning rate and gradient norm.
+
+    ``anomalous`` in the metrics is 1 when the loss or the gradient norm is not finite; with
+    ``skip_anomalies`` such a step keeps the old parameters and optimizer state."""
     reduction = reduction or Reduction()
 
     def grads_of(params, batch, rng):
@@ -85,14 +88,20 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
         else:
             grads, out = grads_of(state.params, batch, step_rng)
         grads, loss, means, tokens = combined(grads, out)
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        if skip_anomalies:
+            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
+                                             (params, opt_state), (state.params, state.opt_state))
         metrics = {
             "loss": loss,
             **means,
             "learning_rate": learning_rate_at(state.step),
-            "grad_norm": optax.tree.norm(grads),
+            "grad_norm": grad_norm,
             "num_tokens": tokens,
+            "anomalous": 1.0 - finite.astype(jnp.float32),
         }
         return TrainState(params, opt_state, state.step + 1, rng), metrics
 
