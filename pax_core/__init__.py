@@ -50,6 +50,7 @@ _EXPORTS: dict[str, str] = {
     "Logger": "pax_core.loggers.base",
     "Checkpointer": "pax_core.checkpointers.base",
     "CheckpointSettings": "pax_core.checkpointers.base",
+    "DamagedCheckpoint": "pax_core.checkpointers.integrity",
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",
     "Backend": "pax_core.backends.base",

@@ -24,12 +24,12 @@ ROOT = Path(__file__).resolve().parents[1]
 # a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
 API = [
     "API_VERSION", "Adam", "Backend", "CheckpointSettings", "Checkpointer", "Component",
-    "Constant", "CpuBackend", "ExpOpt", "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt",
-    "JsonOpt", "Learner", "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Logger",
-    "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
-    "PluginOpt", "Reduction",
-    "Run", "RunError", "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState",
-    "UsageError", "__version__", "axes", "hookimpl", "restore_latest", "warn",
+    "Constant", "CpuBackend", "DamagedCheckpoint", "ExpOpt", "Experiment", "ExperimentRef",
+    "Input", "Job", "JobDirOpt", "JsonOpt", "Learner", "LinearRampupCosineDecay",
+    "LinearRampupExponentialDecay", "Logger", "MlpClassifier", "ModelOutput", "Optimizer",
+    "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Reduction", "Run", "RunError",
+    "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
+    "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]
 TESTING_API = [
     "PluginConformance", "PluginHost", "build_run", "cpu_mesh", "evaluate", "isolated_host",

@@ -13,6 +13,7 @@ from typing import Any
 
 import jax
 
+from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.errors import UsageError
 
 
@@ -38,6 +39,17 @@ class Checkpointer(abc.ABC):
     def latest_step(self) -> int | None:
         """The newest complete step, or None."""
 
+    def all_steps(self) -> list[int]:
+        """Every complete step, oldest first (a restore falls back through them)."""
+        latest = self.latest_step()
+        return [] if latest is None else [latest]
+
+    def set_aside(self, step: int) -> str:
+        """Move a damaged ``step`` out of the way, so that it is neither restored nor in the way
+        of a later save; returns where it went. Checkpointers that cannot leave the run to stop
+        at a damaged step."""
+        raise DamagedCheckpoint(f"step {step} cannot be set aside by {type(self).__name__}")
+
     @abc.abstractmethod
     def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:
         """Start saving ``step`` (a step already saved is skipped); returns whether it started.
@@ -50,7 +62,8 @@ class Checkpointer(abc.ABC):
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
         """Restore ``step`` onto the shardings of ``abstract_state`` (``ShapeDtypeStruct``s with
         ``sharding``), which may differ from those it was saved with. Parameters whose shapes
-        differ from the checkpoint's are a ``UsageError`` naming the first one."""
+        differ from the checkpoint's are a ``UsageError`` naming the first one; a step whose
+        files are damaged or do not read is a ``DamagedCheckpoint`` saying what is wrong."""
 
     @abc.abstractmethod
     def wait(self) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from pax_core.config.optimizers import Adam
 
 ANOMALY_ACTIONS = ("stop", "skip")
+DAMAGED_CHECKPOINT_ACTIONS = ("fallback", "stop")
 
 
 @dataclasses.dataclass
@@ -42,7 +43,12 @@ class Learner:
 
 @dataclasses.dataclass
 class Train:
-    """The schedule of a run (Pax's ``SingleTask.Train`` defaults)."""
+    """The schedule of a run (Pax's ``SingleTask.Train`` defaults).
+
+    ``on_damaged_checkpoint``: a newest checkpoint whose files fail their checksums or do not
+    restore is set aside and the one before it restored (``fallback``), or stops the run
+    (``stop``).
+    """
 
     learner: Learner = dataclasses.field(default_factory=Learner)
     num_train_steps: int = 10_000_000
@@ -52,6 +58,7 @@ class Train:
     eval_interval_steps: int = 100
     max_inflight_steps: int = 2
     random_seed: int = 1234
+    on_damaged_checkpoint: str = "fallback"
 
     def __post_init__(self):
         if self.num_train_steps < 0:
@@ -60,6 +67,10 @@ class Train:
                      "eval_interval_steps", "max_inflight_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.on_damaged_checkpoint not in DAMAGED_CHECKPOINT_ACTIONS:
+            raise ValueError(f"on_damaged_checkpoint must be one of "
+                             f"{', '.join(DAMAGED_CHECKPOINT_ACTIONS)}, got "
+                             f"{self.on_damaged_checkpoint!r}")
 
 
 @dataclasses.dataclass

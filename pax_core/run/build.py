@@ -14,9 +14,10 @@ import jax
 import numpy as np
 
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings
+from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
-from pax_core.errors import PaxError, RunError, UsageError
+from pax_core.errors import PaxError, RunError, UsageError, warn
 from pax_core.inputs.base import Input
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
@@ -97,20 +98,40 @@ class Run:
 
 def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
                     ) -> tuple[TrainState, int]:
-    """The latest checkpoint onto the run's shardings (and the input's position), or a fresh
-    state at step 0."""
+    """The newest checkpoint that restores, onto the run's shardings (and the input's position),
+    or a fresh state at step 0 when there is none.
+
+    A damaged newest step is set aside (``JOB_DIR/damaged_checkpoints``) and the previous one
+    restored, with a warning naming it; with ``on_damaged_checkpoint='stop'`` the run stops
+    there instead. When every step is damaged the run stops: it never starts over silently.
+    """
+    stop = run.task.train.on_damaged_checkpoint == "stop"
     try:
-        step = checkpointer.latest_step()
-        if step is None:
-            return run.init_state(), 0
-        state, input_state = checkpointer.restore(step, run.abstract_state)
+        steps = checkpointer.all_steps()
+        for step in reversed(steps):
+            try:
+                state, input_state = checkpointer.restore(step, run.abstract_state)
+            except DamagedCheckpoint as e:
+                if stop:
+                    raise UsageError(
+                        f"checkpoint step {step} in {checkpointer.directory} is damaged: {e}; "
+                        f"move it away to resume from the one before, or set "
+                        f"task.train.on_damaged_checkpoint='fallback'") from None
+                where = checkpointer.set_aside(step)
+                warn(f"checkpoint step {step} is damaged ({e}); moved to {where}, trying the "
+                     f"one before it")
+                continue
+            if input_state:
+                run.train_input.set_state(input_state)
+            return state, step
     except PaxError:
         raise
     except Exception as e:
         raise host.provider_error("checkpointer", checkpointer, e) from e
-    if input_state:
-        run.train_input.set_state(input_state)
-    return state, step
+    if steps:
+        raise RunError(f"no checkpoint in {checkpointer.directory} restores (steps "
+                       f"{', '.join(map(str, steps))} are damaged); use another --job-dir")
+    return run.init_state(), 0
 
 
 def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,

@@ -111,6 +111,9 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
+        if not checkpointer.all_steps():
+            raise UsageError(f"no complete checkpoint in {jd.checkpoints} (a save was "
+                             f"interrupted before it finished); run pax train first")
         state, step = restore_or_init(host, run, checkpointer)
     finally:
         checkpointer.close()
