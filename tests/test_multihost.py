@@ -217,3 +217,16 @@ def test_a_cluster_is_joined_only_with_several_processes(monkeypatch):
     assert detected_cluster() == "slurm cluster"
     monkeypatch.delenv("SLURM_JOB_ID")
     assert detected_cluster() is None
+
+
+def test_launch_drops_gloo_messages_and_their_fragments_only():
+    import io
+    import threading
+
+    from pax_core.parallel import launch
+
+    written = (b"before\n[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected "
+               b"peer ranks is : \n1\n\nafter\n\n7\n")
+    out = io.StringIO()
+    launch._forward(io.BytesIO(written), out, 1, threading.Lock())
+    assert out.getvalue().splitlines() == ["[p1] before", "[p1] after", "[p1] ", "[p1] 7"]

@@ -36,6 +36,9 @@ GRACE_S = 5
 # gloo prints "[Gloo] Rank i is connected to n peer ranks. Expected ..." for every communicator
 # it builds, from several threads at once, so pieces of two messages can share a line.
 _NOISE = re.compile(r"\[Gloo\]|connected to \d+ peer ranks|connected peer ranks is")
+# Gloo's threads write that message in pieces, so what is left of a line after it can be a lone
+# number or nothing.
+_FRAGMENT = re.compile(r"\s*\d*\s*")
 
 
 def launch(command: list[str], processes: int, cpu_devices: int | None = None) -> int:
@@ -142,11 +145,15 @@ def _supervise(children: list[subprocess.Popen],
 
 
 def _forward(stream: IO[bytes], out: IO[str], index: int, lock: threading.Lock) -> None:
+    after_noise = False
     for raw in stream:
         line = raw.decode(errors="replace").rstrip("\n")
-        if not _NOISE.search(line):
-            with lock:
-                print(f"[p{index}] {line}", file=out, flush=True)
+        if _NOISE.search(line) or (after_noise and _FRAGMENT.fullmatch(line)):
+            after_noise = True
+            continue
+        after_noise = False
+        with lock:
+            print(f"[p{index}] {line}", file=out, flush=True)
 
 
 def _signal(children: list[subprocess.Popen], indices: set[int], signum: int) -> None:
