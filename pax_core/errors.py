@@ -8,9 +8,11 @@ failure: a run that was asked to stop saved its checkpoint and exits with 128 + 
 
 
 class PaxError(Exception):
-    """Base class of the errors Pax reports as one line instead of a traceback."""
+    """Base class of the errors Pax reports as one line instead of a traceback: ``pax:``, the
+    ``label``, the message; the process exits with ``exit_code``."""
 
     exit_code = 1
+    label = "error: "
 
 
 class UsageError(PaxError):
@@ -32,6 +34,8 @@ class Stopped(PaxError):
     SIGINT): shells and schedulers read it as "stopped by that signal", not as a failure of the
     program, and a scheduler that restarts preempted jobs restarts it; the same command resumes.
     """
+
+    label = ""
 
     def __init__(self, message: str, signum: int):
         super().__init__(message)

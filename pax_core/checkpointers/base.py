@@ -13,7 +13,6 @@ from typing import Any
 
 import jax
 
-from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.errors import UsageError
 
 
@@ -44,11 +43,11 @@ class Checkpointer(abc.ABC):
         latest = self.latest_step()
         return [] if latest is None else [latest]
 
-    def set_aside(self, step: int) -> str:
+    def set_aside(self, step: int) -> str | None:
         """Move a damaged ``step`` out of the way, so that it is neither restored nor in the way
-        of a later save; returns where it went. Checkpointers that cannot leave the run to stop
-        at a damaged step."""
-        raise DamagedCheckpoint(f"step {step} cannot be set aside by {type(self).__name__}")
+        of a later save; returns where it went, or None for a checkpointer that cannot (the run
+        then stops at the damaged step)."""
+        return None
 
     @abc.abstractmethod
     def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:

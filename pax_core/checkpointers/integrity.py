@@ -45,13 +45,13 @@ def record(step_dir: str | os.PathLike) -> None:
     os.replace(tmp, step_dir / RECORD)
 
 
-def verify(step_dir: str | os.PathLike) -> bool:
-    """Whether the step matches its record (False: there is none); raises
+def verify(step_dir: str | os.PathLike) -> None:
+    """Compare a step with its record (a step without one passes); raises
     ``DamagedCheckpoint`` naming the first file that differs."""
     step_dir = Path(step_dir)
     path = step_dir / RECORD
     if not path.exists():
-        return False
+        return
     try:
         expected = json.loads(path.read_text())
     except (OSError, ValueError) as e:
@@ -66,4 +66,3 @@ def verify(step_dir: str | os.PathLike) -> bool:
                                     f"written")
         if _crc32(file) != crc:
             raise DamagedCheckpoint(f"{name} does not match its checksum")
-    return True

@@ -17,7 +17,7 @@ import traceback
 import typer
 
 from pax_core.cli import app as app_module
-from pax_core.errors import PaxError, Stopped
+from pax_core.errors import PaxError
 from pax_core.parallel import processes as distributed
 from pax_core.plugins.host import PluginHost, PluginSelection
 
@@ -63,11 +63,8 @@ def main(argv: list[str] | None = None) -> None:
         host = PluginHost(selection)
         app = app_module.build_app(host)
         app(args=argv, prog_name="pax", obj=host)
-    except Stopped as e:
-        typer.echo(f"pax: {e}", err=True)
-        distributed.exit_after_failure(e.exit_code)
     except PaxError as e:
-        typer.echo(f"pax: error: {e}", err=True)
+        typer.echo(f"pax: {e.label}{e}", err=True)
         distributed.exit_after_failure(e.exit_code)
     except Exception:
         traceback.print_exc()

@@ -112,12 +112,12 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
             try:
                 state, input_state = checkpointer.restore(step, run.abstract_state)
             except DamagedCheckpoint as e:
-                if stop:
+                where = None if stop else checkpointer.set_aside(step)
+                if where is None:
                     raise UsageError(
                         f"checkpoint step {step} in {checkpointer.directory} is damaged: {e}; "
                         f"move it away to resume from the one before, or set "
                         f"task.train.on_damaged_checkpoint='fallback'") from None
-                where = checkpointer.set_aside(step)
                 warn(f"checkpoint step {step} is damaged ({e}); moved to {where}, trying the "
                      f"one before it")
                 continue

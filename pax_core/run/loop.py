@@ -192,7 +192,6 @@ class TrainLoop:
             status = "interrupted" if self.stop_signal else "completed"
             self._save(step, state)
             if status == "completed":
-                self._check_anomalies()
                 self._evaluate(step, state.params)
             self.checkpointer.wait()
         self._announce_committed()

@@ -27,8 +27,8 @@ data is not on this machine, each with the reason.
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +39,10 @@ from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 
 
+@functools.cache
 def _host() -> PluginHost:
+    """The installed plugins, as ``pax`` loads them; loaded once (collection asks for it for
+    every parametrized test)."""
     return PluginHost()
 
 
@@ -112,11 +115,7 @@ class PluginConformance:
             entry.build(str(tmp_path)).close()
         elif kind == "checkpointers":
             entry.build(str(tmp_path / "checkpoints"), CheckpointSettings(1, 1)).close()
-        elif kind == "commands":
-            import typer
-
-            assert isinstance(factory, typer.Typer) or callable(factory), factory
-        else:
+        else:  # models, inputs, experiments, commands: classes, functions or typer apps
             assert callable(factory), f"{kind[:-1]} '{name}' is not callable: {factory!r}"
 
     def test_experiment_resolves_and_builds(self, host: PluginHost, experiment: str) -> None:
@@ -130,10 +129,8 @@ class PluginConformance:
         from pax_core.models.output import ModelOutput
 
         job = _resolve(host, self.plugin, experiment).build()
-        train = next(d for d in job.datasets if d.is_training)
-        local = train.abstract_batch()
-        batch = {k: jax.ShapeDtypeStruct((max(1, math.ceil(train.batch_size)), *v.shape[1:]),
-                                         v.dtype) for k, v in local.items()}
+        # One process: its share of a batch is the whole global batch.
+        batch = next(d for d in job.datasets if d.is_training).abstract_batch()
         model = job.task.model
 
         def forward(batch):
@@ -155,11 +152,10 @@ class PluginConformance:
                 data.get_next()
             except UsageError as e:
                 pytest.skip(f"input '{data.name}' cannot read here: {e}")
-            state = data.get_state()
-            json.dumps(state)
+            saved = json.dumps(data.get_state())
             expected = data.get_next()
             data.get_next()
-            data.set_state(json.loads(json.dumps(state)))
+            data.set_state(json.loads(saved))
             assert _same(data.get_next(), expected), f"input '{data.name}' did not resume"
 
     def test_plan_compiles(self, planned_experiment: str) -> None:
