@@ -90,6 +90,18 @@ def test_a_step_without_a_record_that_does_not_restore_falls_back(job):
     assert "does not" in result.stderr.split("checkpoint step 30 is damaged")[1].splitlines()[0]
 
 
+@pytest.mark.parametrize("checksummed", [True, False])
+def test_an_input_position_that_does_not_fit_falls_back(job, checksummed):
+    step = job / "checkpoints" / "30"
+    if not checksummed:
+        (step / "pax_checksums.json").unlink()
+    (step / "input" / "metadata").write_text('{"position": "nowhere"}')
+    result = _train(job, 40)
+    _assert_resumed_from(result, 20, damaged=30)
+    named = "input/metadata has" if checksummed else "saved input position does not fit"
+    assert named in result.stderr
+
+
 def test_an_empty_newer_step_folder_falls_back(job):
     (job / "checkpoints" / "35").mkdir()
     _assert_resumed_from(_train(job, 40), 30, damaged=35)

@@ -15,6 +15,8 @@ import os
 import zlib
 from pathlib import Path
 
+from pax_core.files import write_atomic
+
 RECORD = "pax_checksums.json"
 _CHUNK = 1 << 20
 
@@ -40,9 +42,7 @@ def record(step_dir: str | os.PathLike) -> None:
     step_dir = Path(step_dir)
     sums = {str(p.relative_to(step_dir)): [p.stat().st_size, _crc32(p)] for p in
             _files(step_dir)}
-    tmp = step_dir / (RECORD + ".tmp")
-    tmp.write_text(json.dumps(sums, sort_keys=True))
-    os.replace(tmp, step_dir / RECORD)
+    write_atomic(step_dir / RECORD, json.dumps(sums, sort_keys=True))
 
 
 def verify(step_dir: str | os.PathLike) -> None:

@@ -3,8 +3,10 @@
 Each invocation starts with a ``"kind": "start"`` record of the run's settings (including what
 MFU is measured against); then come ``train`` and ``eval/<name>`` records.
 
-The file is opened for appending, so a resumed run continues the same file, and it is line
-buffered, so every record is on disk as soon as it is written and a crash loses at most one line.
+The file is line buffered, so every record is on disk as soon as it is written. A resumed run
+continues the same file, first dropping the records of steps after the checkpoint it resumes
+from (the earlier run logged them, then stopped before saving them; they are trained again) and
+a line a killed run left unfinished: each step has one record of each kind.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+from pax_core.files import write_atomic
 from pax_core.loggers.base import Logger
 
 
@@ -25,18 +29,29 @@ def _json_number(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _step_of(line: str) -> int | None:
+    """The step of a record line, or None for a line that is not one."""
+    try:
+        step = json.loads(line).get("step")
+    except (json.JSONDecodeError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
+
+
 class JsonlLogger(Logger):
     """Writes ``{"step": ..., "kind": ..., "time": ..., <metric>: ...}`` per summary."""
 
     def __init__(self, job_dir: str):
         super().__init__(job_dir)
         os.makedirs(job_dir, exist_ok=True)
-        self._file = open(  # noqa: SIM115 (kept open for the whole run, closed in ``close``)
-            os.path.join(job_dir, "metrics.jsonl"), "a", buffering=1, encoding="utf-8"
-        )
+        self._path = os.path.join(job_dir, "metrics.jsonl")
+        self._file: Any = None
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
               hparams: Mapping[str, Any]) -> None:
+        self._drop_after(start_step)
+        self._file = open(  # noqa: SIM115 (kept open for the whole run, closed in ``close``)
+            self._path, "a", buffering=1, encoding="utf-8")
         settings = {name: _json_number(value) if isinstance(value, float) else value
                     for name, value in hparams.items()}
         self._append({"step": int(start_step), "kind": "start", "time": time.time(),
@@ -47,8 +62,19 @@ class JsonlLogger(Logger):
         record.update((name, _json_number(value)) for name, value in metrics.items())
         self._append(record)
 
+    def _drop_after(self, step: int) -> None:
+        """Rewrite the file without the records of steps after ``step`` and unreadable lines."""
+        if not os.path.exists(self._path):
+            return
+        with open(self._path, encoding="utf-8", errors="replace") as f:
+            lines = f.read().splitlines()
+        kept = [line for line in lines if _step_of(line) is not None and _step_of(line) <= step]
+        if len(kept) < len(lines):
+            write_atomic(Path(self._path), "".join(line + "\n" for line in kept))
+
     def _append(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()

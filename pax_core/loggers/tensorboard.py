@@ -33,15 +33,20 @@ class TensorBoardLogger(Logger):
     def __init__(self, job_dir: str):
         super().__init__(job_dir)
         self._writers: dict[str, SummaryWriter] = {}
+        self._purge_step: int | None = None
 
     def _writer(self, kind: str) -> SummaryWriter:
         run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
         if run not in self._writers:
-            self._writers[run] = SummaryWriter(os.path.join(self.job_dir, "summaries", run))
+            self._writers[run] = SummaryWriter(os.path.join(self.job_dir, "summaries", run),
+                                               purge_step=self._purge_step)
         return self._writers[run]
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
               hparams: Mapping[str, Any]) -> None:
+        # A resumed run trains again the steps after its checkpoint: TensorBoard hides what an
+        # earlier run logged for them.
+        self._purge_step = start_step + 1
         # As text, not ``add_hparams``, which would put them in a timestamped run of their own.
         self.text(start_step, "hparams", _markdown_table(hparams))
 

@@ -221,6 +221,17 @@ def check_same_software(host: PluginHost) -> None:
                          f"versions on every host, with the same PAX_PLUGINS/PAX_DISABLE_PLUGINS")
 
 
+def from_primary(message: str | None) -> str | None:
+    """Process 0's ``message`` on every process (a collective in a multi-process run): how a
+    check that only process 0 can make, such as the job directory's lock, stops them all."""
+    import jax
+
+    if jax.process_count() == 1:
+        return message
+    first = _allgather_bytes((message or "").encode())[0].decode()
+    return first or None
+
+
 def _allgather_bytes(data: bytes) -> list[bytes]:
     """Every process's ``data``, in process order."""
     import numpy as np

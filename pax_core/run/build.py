@@ -111,6 +111,8 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
         for step in reversed(steps):
             try:
                 state, input_state = checkpointer.restore(step, run.abstract_state)
+                if input_state:
+                    _set_input_position(run.train_input, input_state)
             except DamagedCheckpoint as e:
                 where = None if stop else checkpointer.set_aside(step)
                 if where is None:
@@ -121,8 +123,6 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
                 warn(f"checkpoint step {step} is damaged ({e}); moved to {where}, trying the "
                      f"one before it")
                 continue
-            if input_state:
-                run.train_input.set_state(input_state)
             return state, step
     except PaxError:
         raise
@@ -132,6 +132,17 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
         raise RunError(f"no checkpoint in {checkpointer.directory} restores (steps "
                        f"{', '.join(map(str, steps))} are damaged); use another --job-dir")
     return run.init_state(), 0
+
+
+def _set_input_position(data: Input, position: dict[str, Any]) -> None:
+    """Continue ``data`` from a checkpoint's saved position; one it cannot take makes the
+    checkpoint damaged (it cannot resume where it stopped)."""
+    try:
+        data.set_state(position)
+    except Exception as e:
+        what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        raise DamagedCheckpoint(f"its saved input position does not fit input '{data.name}' "
+                                f"({what})") from e
 
 
 def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,

@@ -7,14 +7,16 @@ directory's record is written.
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Iterator
 
 import jax
 
 from pax_core.config.resolve import ResolvedExperiment, resolve
-from pax_core.errors import Stopped, UsageError
+from pax_core.errors import Stopped, UsageError, warn
 from pax_core.loggers import LoggerGroup
-from pax_core.parallel.processes import DistributedOptions, check_same_software
+from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run, build_run, restore_or_init
@@ -43,6 +45,23 @@ def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str
     return build_run(host, resolved, devices)
 
 
+@contextlib.contextmanager
+def _locked(job_dir: JobDir, primary: bool) -> Iterator[None]:
+    """Hold the job directory for this run; process 0 takes the lock, and when it cannot,
+    every process stops with its message."""
+    with contextlib.ExitStack() as stack:
+        error = None
+        if primary:
+            try:
+                stack.enter_context(job_dir.lock())
+            except UsageError as e:
+                error = str(e)
+        error = from_primary(error)
+        if error:
+            raise UsageError(error)
+        yield
+
+
 def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
           platform: str | None = None, distributed: DistributedOptions | None = None,
           peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None
@@ -57,6 +76,18 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
     jd.create()
     primary = jax.process_index() == 0
+    with _locked(jd, primary):
+        status, step, signum = _train_locked(host, run, jd, primary, peak_tflops, profile_steps)
+    if status == "interrupted":
+        raise Stopped(f"stopped on request ({signal.Signals(signum).name}) at step {step}; the "
+                      f"checkpoint is saved: run the same command to resume", signum)
+    return status
+
+
+def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
+                  peak_tflops: float | None, profile_steps: tuple[int, int] | None
+                  ) -> tuple[str, int, int]:
+    """Restore or start, record the invocation, train; returns (status, step, stop signal)."""
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     status, step = "failed", 0
     try:
@@ -71,11 +102,15 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
                              f"(nothing was changed)")
         config_text = _config_text(run.resolved, host)
         if primary:
+            changed = jd.changed_settings(config_text) if step else []
+            if changed:
+                warn(f"resuming from step {step} with settings changed since the last run: "
+                     f"{'; '.join(changed)}")
             jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
                       config_json=run.resolved.to_json(), config_text=config_text,
                       plugins=host.active_versions())
-        info = RunInfo(run.resolved.name, str(jd.path), run.task.train.num_train_steps, step,
-                       jax.process_index(), jax.process_count())
+        info = RunInfo(run.resolved.name, str(jd.path), total, step, jax.process_index(),
+                       jax.process_count())
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
         try:
             _, step, status = loop.run_loop(state, info, loggers, config_text)
@@ -84,11 +119,7 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
             notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
     finally:
         checkpointer.close()
-    if status == "interrupted":
-        name = signal.Signals(loop.stop_signal).name
-        raise Stopped(f"stopped on request ({name}) at step {step}; the checkpoint is saved: run "
-                      f"the same command to resume", loop.stop_signal)
-    return status
+    return status, step, loop.stop_signal
 
 
 def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,

@@ -1,24 +1,34 @@
-"""The job directory: what a run leaves behind, and the guard against mixing two runs in one.
+"""The job directory: what a run leaves behind, and the guards that keep it whole.
 
 Layout (Pax's): ``config.json`` (Fiddle serialization) and ``config.txt`` (one ``path = value``
 per line) of the latest invocation, ``runs.jsonl`` (one line per invocation: command line,
 overrides, plugins and library versions), ``checkpoints/``, ``metrics.jsonl``, ``summaries/``
-(TensorBoard).
+(TensorBoard), and ``train.lock`` while a ``pax train`` runs in it.
+
+Every file is replaced whole (written beside, then renamed), so a run killed at any moment
+leaves either the old file or the new one; the lock is the operating system's (``flock``),
+which a killed process releases, so it never has to be removed by hand.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib.metadata
 import json
 import os
+import socket
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from pax_core.errors import UsageError
+from pax_core.files import write_atomic
 
 LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
+RUN_KEYS = ("experiment", "overrides")
 
 
 def library_versions() -> dict[str, str]:
@@ -31,10 +41,32 @@ def library_versions() -> dict[str, str]:
     return out
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def _damaged(path: Path, line: int, what: str) -> UsageError:
+    return UsageError(f"{path} is damaged: line {line} {what}; it records the earlier runs of "
+                      f"this job (the checkpoints do not depend on it): repair or delete that "
+                      f"line, then run again (nothing was changed)")
+
+
+def _parse_run(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        entry = json.loads(line)
+    except json.JSONDecodeError:
+        raise _damaged(path, number, "is not JSON") from None
+    if not isinstance(entry, dict):
+        raise _damaged(path, number, "is not a JSON object")
+    for key in RUN_KEYS:
+        if key not in entry:
+            raise _damaged(path, number, f"has no '{key}'")
+    if not isinstance(entry["experiment"], str) or not isinstance(entry["overrides"], list):
+        raise _damaged(path, number, "has an 'experiment' or 'overrides' of the wrong type")
+    return entry
+
+
+def _settings(config_text: str) -> dict[str, str]:
+    """``path = value`` lines of a ``config.txt`` (comments skipped)."""
+    pairs = (line.partition(" = ") for line in config_text.splitlines()
+             if line and not line.startswith("#"))
+    return {path: value for path, eq, value in pairs if eq}
 
 
 class JobDir:
@@ -49,6 +81,10 @@ class JobDir:
     def checkpoints(self) -> Path:
         return self.path / "checkpoints"
 
+    @property
+    def runs_file(self) -> Path:
+        return self.path / "runs.jsonl"
+
     def has_checkpoints(self) -> bool:
         return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
 
@@ -62,10 +98,13 @@ class JobDir:
             raise UsageError(f"--job-dir {self.path} is not writable")
 
     def runs(self) -> list[dict[str, Any]]:
-        log = self.path / "runs.jsonl"
-        if not log.exists():
+        """The recorded invocations, oldest first; a damaged record is a ``UsageError`` naming
+        the file and the line."""
+        if not self.runs_file.exists():
             return []
-        return [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+        lines = self.runs_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        return [_parse_run(self.runs_file, n, line) for n, line in enumerate(lines, 1)
+                if line.strip()]
 
     def last_run(self) -> dict[str, Any] | None:
         runs = self.runs()
@@ -83,12 +122,44 @@ class JobDir:
             raise UsageError(f"--job-dir {self.path} has checkpoints but no runs.jsonl; it was "
                              f"not written by pax train, use another --job-dir")
 
+    def changed_settings(self, config_text: str) -> list[str]:
+        """``path: old -> new`` for every setting that differs from the previous invocation's
+        ``config.txt`` (none when there is no readable one)."""
+        try:
+            before = _settings((self.path / "config.txt").read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            return []
+        now = _settings(config_text)
+        return [f"{path}: {before.get(path, '(absent)')} -> {now.get(path, '(absent)')}"
+                for path in sorted(set(before) | set(now)) if before.get(path) != now.get(path)]
+
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Hold ``train.lock`` for one ``pax train``; a second one in the same directory is a
+        ``UsageError`` naming the first (its process id, host and start time)."""
+        path = self.path / "train.lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+                raise UsageError(f"--job-dir {self.path} is in use by another pax train "
+                                 f"({holder}); wait for it to end, stop it, or use another "
+                                 f"--job-dir (nothing was changed)") from None
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
+                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+            yield
+        finally:
+            os.close(fd)  # closing releases the lock
+
     def record(self, *, experiment: str, overrides: list[str], config_json: str,
                config_text: str, plugins: dict[str, str], extra: dict[str, Any] | None = None
                ) -> None:
-        """Write the config and append this invocation to ``runs.jsonl``."""
-        _write_atomic(self.path / "config.json", config_json)
-        _write_atomic(self.path / "config.txt", config_text)
+        """Write the config and add this invocation to ``runs.jsonl``."""
+        write_atomic(self.path / "config.json", config_json)
+        write_atomic(self.path / "config.txt", config_text)
         entry = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
             "experiment": experiment,
@@ -98,5 +169,5 @@ class JobDir:
             "versions": library_versions(),
             **(extra or {}),
         }
-        with open(self.path / "runs.jsonl", "a") as f:
-            f.write(json.dumps(entry) + "\n")
+        earlier = self.runs_file.read_text(encoding="utf-8") if self.runs_file.exists() else ""
+        write_atomic(self.runs_file, earlier + json.dumps(entry) + "\n")

@@ -1,0 +1,139 @@
+"""The job directory stays whole: one run at a time, records replaced atomically, a damaged
+record named, metrics without the steps a resume trains again, changed settings noticed."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pax_core.errors import UsageError
+from pax_core.run.jobdir import JobDir
+from pax_core.testing import isolated_host, read_metrics, run_pax, train
+
+MLP = ["--exp", "MlpSynthetic"]
+SETS = ["--set", "task.train.save_interval_steps=2", "--set",
+        "task.train.summary_interval_steps=1"]
+EVERY_STEP = ["task.train.save_interval_steps=2", "task.train.summary_interval_steps=1"]
+
+
+def _train(job: Path, *items: str) -> None:
+    train(isolated_host(), exp="MlpSynthetic", plugin=None, set_items=list(items),
+          job_dir=str(job))
+
+
+@pytest.fixture
+def job(tmp_path) -> Path:
+    job = tmp_path / "job"
+    _train(job, "NUM_TRAIN_STEPS=4", *EVERY_STEP)
+    return job
+
+
+def test_a_second_train_in_a_held_job_dir_is_refused_naming_the_first(job):
+    before = sorted(p.name for p in (job / "checkpoints").iterdir())
+    with JobDir(job).lock():
+        second = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=8")
+    assert second.returncode == 2, second.stderr
+    assert f"is in use by another pax train (pid {os.getpid()} on " in second.stderr
+    assert len(second.stderr.strip().splitlines()) == 1, second.stderr
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == before
+
+
+def test_the_lock_of_a_killed_run_is_released(tmp_path):
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pax_core.run.jobdir import JobDir
+        with JobDir({str(tmp_path)!r}).lock():
+            print("held", flush=True)
+            time.sleep(600)
+        """)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    with pytest.raises(UsageError, match="in use by another pax train"), JobDir(tmp_path).lock():
+        pass
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    with JobDir(tmp_path).lock():
+        pass
+
+
+DAMAGES = {
+    "garbage": (lambda text: "\x00\x17garbage\n" + text, "line 1 is not JSON"),
+    "truncated last line": (lambda text: text + text[: len(text) // 2], "line 2 is not JSON"),
+    "missing key": (lambda text: text + json.dumps({"time": "x", "overrides": []}) + "\n",
+                    "line 2 has no 'experiment'"),
+}
+
+
+@pytest.mark.parametrize("command", ["train", "eval"])
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_a_damaged_runs_record_is_named_and_nothing_changes(job, damage, command):
+    change, message = DAMAGES[damage]
+    runs = job / "runs.jsonl"
+    runs.write_text(change(runs.read_text()))
+    damaged = runs.read_text()
+    args = [*MLP, "--set", "NUM_TRAIN_STEPS=8"] if command == "train" else []
+    result = run_pax(command, *args, "--job-dir", str(job))
+    assert result.returncode == 2, result.stderr
+    assert f"pax: error: {runs} is damaged: {message}; " in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert runs.read_text() == damaged
+    assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["2", "4"]
+
+
+def test_a_record_that_cannot_be_replaced_leaves_the_old_one(job, monkeypatch):
+    runs = job / "runs.jsonl"
+    before = runs.read_text()
+
+    def fail(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError):
+        JobDir(job).record(experiment="core/MlpSynthetic", overrides=[], config_json="{}",
+                           config_text="", plugins={})
+    assert runs.read_text() == before
+
+
+def test_metrics_keep_one_record_per_step_after_a_resume(job):
+    # As if the run had been killed after logging steps 3 and 4 but before saving step 4, in
+    # the middle of writing a line.
+    shutil.rmtree(job / "checkpoints" / "4")
+    with open(job / "metrics.jsonl", "a") as f:
+        f.write('{"step": 5, "kind": "tr')
+    _train(job, "NUM_TRAIN_STEPS=6", *EVERY_STEP)
+    records = read_metrics(job)
+    steps = [r["step"] for r in records if r["kind"] == "train"]
+    assert steps == sorted(set(steps)) == [1, 2, 3, 4, 5, 6]
+    assert [r["step"] for r in records if r["kind"] == "start"] == [0, 2]
+
+
+def test_tensorboard_hides_the_steps_a_resume_trains_again(job):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    shutil.rmtree(job / "checkpoints" / "4")
+    _train(job, "NUM_TRAIN_STEPS=6", *EVERY_STEP)
+    events = EventAccumulator(str(job / "summaries" / "train"))
+    events.Reload()
+    steps = [e.step for e in events.Scalars("loss")]
+    assert steps == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_resume_with_changed_settings_says_which(job):
+    result = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=6",
+                     "--set", "LEARNING_RATE=0.5", *SETS)
+    assert result.returncode == 0, result.stderr
+    notice = [line for line in result.stderr.splitlines() if "settings changed" in line]
+    assert len(notice) == 1, result.stderr
+    assert notice[0].startswith("pax: warning: resuming from step 4 with settings changed")
+    assert "task.train.num_train_steps: 4 -> 6" in notice[0]
+    assert "learning_rate: " in notice[0] and " -> 0.5" in notice[0]
+    again = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=6",
+                    "--set", "LEARNING_RATE=0.5", *SETS)
+    assert "settings changed" not in again.stderr
