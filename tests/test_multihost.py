@@ -3,9 +3,11 @@ devices against 1 process x 8."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -230,3 +232,47 @@ def test_launch_drops_gloo_messages_and_their_fragments_only():
     out = io.StringIO()
     launch._forward(io.BytesIO(written), out, 1, threading.Lock())
     assert out.getvalue().splitlines() == ["[p1] before", "[p1] after", "[p1] ", "[p1] 7"]
+
+
+def _child_with_index(launcher: subprocess.Popen, index: int, timeout: float = 60) -> int:
+    """The pid of the launched process ``index`` (its PAX_PROCESS_ID)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for child in Path(f"/proc/{launcher.pid}/task/{launcher.pid}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                if f"PAX_PROCESS_ID={index}".encode() in environ:
+                    return int(child)
+        time.sleep(0.1)
+    raise AssertionError(f"process {index} did not start")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target, signum", [("process 1", signal.SIGTERM),
+                                            ("launcher", signal.SIGINT)])
+def test_a_stop_request_stops_every_process_at_the_same_step(tmp_path, target, signum):
+    job = tmp_path / "job"
+    launcher = subprocess.Popen(
+        [PAX, "launch", "--processes", "2", "--cpu-devices", "4", "--", "pax", "train",
+         "--exp", "TinyCounting", "--set", "NUM_TRAIN_STEPS=1000000", "--job-dir", str(job)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_environ())
+    second = _child_with_index(launcher, 1)
+    deadline = time.monotonic() + 120
+    while not (job / "metrics.jsonl").exists() or '"train"' not in (
+            job / "metrics.jsonl").read_text():
+        assert time.monotonic() < deadline and launcher.poll() is None, launcher.communicate()
+        time.sleep(0.1)
+    os.kill(second if target == "process 1" else launcher.pid, signum)
+    _, err = launcher.communicate(timeout=120)
+    assert launcher.returncode == 128 + signum, err
+    assert "Traceback" not in err and "stopping the others" not in err, err
+    stops = sorted(line for line in err.splitlines() if "stopped on request" in line)
+    assert len(stops) == 2, err
+    steps = {int(line.split(" at step ")[1].split(";")[0]) for line in stops}
+    assert len(steps) == 1, stops
+    [step] = steps
+    assert stops[0].startswith("[p0] pax: stopped on request (SIGTERM) at step ")
+    assert max(int(p.name) for p in (job / "checkpoints").iterdir() if p.name.isdigit()) == step
+    resumed = _launch(*TRAIN[:-1], f"NUM_TRAIN_STEPS={step + 10}", "--job-dir", str(job))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from step {step} of {step + 10}" in resumed.stdout

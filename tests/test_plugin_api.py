@@ -32,9 +32,10 @@ API = [
     "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]
 TESTING_API = [
-    "PluginConformance", "PluginHost", "build_run", "cpu_mesh", "evaluate", "isolated_host",
-    "pax_host", "plan", "read_metrics", "register_plugin", "resolve", "run_pax", "step_flops",
-    "train", "use_cpu_devices", "use_fake_devices",
+    "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
+    "cpu_mesh", "evaluate", "isolated_host", "kill_trials", "pax_host", "plan", "read_metrics",
+    "read_params", "register_plugin", "resolve", "run_pax", "step_flops", "train",
+    "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
 PLUGIN_SOURCES = ["pax_lm/src", "plugins/pax_transformer/src",
                   "tests/plugins/pax_testplugin/src"]

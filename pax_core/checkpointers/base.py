@@ -64,6 +64,12 @@ class Checkpointer(abc.ABC):
         differ from the checkpoint's are a ``UsageError`` naming the first one; a step whose
         files are damaged or do not read is a ``DamagedCheckpoint`` saying what is wrong."""
 
+    def check(self) -> None:
+        """Raise the failure of a background save that has ended, without waiting for one still
+        running; the loop calls it after every step, so a failed save stops the run at once
+        rather than at the next save. A checkpointer that saves synchronously has nothing to
+        check."""
+
     @abc.abstractmethod
     def wait(self) -> None:
         """Block until every started save is committed."""

@@ -1,19 +1,28 @@
 """The built-in checkpointer: Orbax writes each step into a temporary directory and renames it
 when complete, so an interrupted save never leaves a half-written step behind. Each committed
 step also gets a checksum record (``pax_core.checkpointers.integrity``), verified before it is
-restored; the unfinished save a killed run left behind is removed at the next start."""
+restored; the unfinished save a killed run left behind is removed at the next start.
+
+A save that fails on its storage (a full disk, a read-only or vanished directory) is reported
+as soon as it ends, with one line naming the step, the cause and the newest complete step,
+which a failed save never touches; its unfinished folder is removed."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import os
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from pax_core.checkpointers import integrity
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, check_params_match
 from pax_core.checkpointers.integrity import DamagedCheckpoint
-from pax_core.errors import warn
+from pax_core.errors import RunError, warn
+from pax_core.files import storage_failure
 
 TMP_MARK = ".orbax-checkpoint-tmp"
 
@@ -35,7 +44,10 @@ class OrbaxCheckpointer(Checkpointer):
         self._primary = jax.process_index() == 0
         self._unrecorded: list[int] = []
         if self._primary:
-            self._remove_unfinished()
+            for path in self._unfinished():
+                shutil.rmtree(path, ignore_errors=True)
+                warn(f"removed the unfinished save of step {path.name.split('.')[0]} in "
+                     f"{path.parent} (the run that wrote it stopped before it was complete)")
         options = ocp.CheckpointManagerOptions(
             max_to_keep=settings.max_to_keep,
             enable_async_checkpointing=settings.async_save,
@@ -43,15 +55,57 @@ class OrbaxCheckpointer(Checkpointer):
         )
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+        self._identity = self._stat()
 
-    def _remove_unfinished(self) -> None:
-        """Saves a killed run left unfinished: never restorable, removed with one line each
-        (Orbax would remove them too, with a warning about temporary directories)."""
+    def _stat(self) -> tuple[int, int] | None:
+        try:
+            found = os.stat(self.directory)
+        except OSError:
+            return None
+        return found.st_dev, found.st_ino
+
+    def _replaced(self) -> bool:
+        """Whether the directory was removed (and perhaps made again) since the run began:
+        Orbax then fails in words of its own, with no code to tell the cause by."""
+        return self._stat() != self._identity
+
+    def _unfinished(self) -> list[Path]:
+        """Saves that never completed: never restorable (Orbax would remove them too, with a
+        warning about temporary directories)."""
         root = Path(self.directory)
-        for path in sorted(root.glob(f"*{TMP_MARK}*")) if root.is_dir() else ():
-            shutil.rmtree(path, ignore_errors=True)
-            warn(f"removed the unfinished save of step {path.name.split('.')[0]} in {root} "
-                 f"(the run that wrote it stopped before it was complete)")
+        return sorted(root.glob(f"*{TMP_MARK}*")) if root.is_dir() else []
+
+    def _failed(self, what: str, error: Exception) -> Exception:
+        """What to raise for a save that failed: a storage failure as one line (its unfinished
+        folder removed, which also gives back the space), anything else as is."""
+        found = storage_failure(error, self.directory)
+        if found is None and self._replaced():
+            found = storage_failure(FileNotFoundError(errno.ENOENT, "removed", self.directory))
+        if found is None:
+            return error
+        cause, remedy = found
+        if self._primary:
+            for path in self._unfinished():
+                shutil.rmtree(path, ignore_errors=True)
+        intact = [s for s in self._manager.all_steps() if (Path(self.directory) / str(s)).is_dir()]
+        kept = (f"the newest complete checkpoint, step {max(intact)}, is intact" if intact
+                else "no complete checkpoint is left")
+        return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
+                        f"{remedy}, then run the same command to resume")
+
+    def _guarded(self, what: str, action: Callable[[], Any]) -> Any:
+        """``action()``; when it fails, the saves still in flight are waited for (so that no
+        thread writes on after the run has stopped) and dropped."""
+        try:
+            return action()
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                self._manager.wait_until_finished()
+            self._unrecorded = []
+            failure = self._failed(what, e)
+            if failure is e:
+                raise
+            raise failure from e
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -74,7 +128,9 @@ class OrbaxCheckpointer(Checkpointer):
             state=self._ocp.args.StandardSave(state),
             input=self._ocp.args.JsonSave(input_state),
         )
-        started = self._manager.save(step, args=args, force=True)
+        in_flight = self._unrecorded[0] if self._unrecorded else step
+        started = self._guarded(f"checkpoint step {in_flight}",
+                                lambda: self._manager.save(step, args=args, force=True))
         self._record_committed()  # starting this save waited for the earlier ones
         if started:
             self._unrecorded.append(step)
@@ -83,7 +139,8 @@ class OrbaxCheckpointer(Checkpointer):
     def _record_committed(self) -> None:
         if self._primary:
             for step in self._unrecorded:
-                integrity.record(Path(self.directory) / str(step))
+                self._guarded(f"the checksums of checkpoint step {step}",
+                              lambda s=step: integrity.record(Path(self.directory) / str(s)))
         self._unrecorded = []
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
@@ -103,8 +160,14 @@ class OrbaxCheckpointer(Checkpointer):
             raise DamagedCheckpoint(f"it does not restore ({_first_line(e)})") from e
         return restored.state, restored.input
 
+    def check(self) -> None:
+        if self._unrecorded and not self._manager.is_saving_in_progress():
+            self.wait()  # the save has ended: this returns at once, or raises its failure
+
     def wait(self) -> None:
-        self._manager.wait_until_finished()
+        if self._unrecorded:
+            self._guarded(f"checkpoint step {self._unrecorded[0]}",
+                          self._manager.wait_until_finished)
         self._record_committed()
 
     def close(self) -> None:

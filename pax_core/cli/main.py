@@ -20,6 +20,7 @@ from pax_core.cli import app as app_module
 from pax_core.errors import PaxError
 from pax_core.parallel import processes as distributed
 from pax_core.plugins.host import PluginHost, PluginSelection
+from pax_core.run.logfile import report_background_failures
 
 GLOBAL_OPTIONS = ("--plugins", "--disable-plugins")
 
@@ -55,6 +56,7 @@ def _global_options(argv: list[str]) -> dict[str, str]:
 
 def main(argv: list[str] | None = None) -> None:
     argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
+    report_background_failures()
     try:
         options = _global_options(argv)
         selection = PluginSelection.from_env(

@@ -50,8 +50,6 @@ class JsonlLogger(Logger):
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
               hparams: Mapping[str, Any]) -> None:
         self._drop_after(start_step)
-        self._file = open(  # noqa: SIM115 (kept open for the whole run, closed in ``close``)
-            self._path, "a", buffering=1, encoding="utf-8")
         settings = {name: _json_number(value) if isinstance(value, float) else value
                     for name, value in hparams.items()}
         self._append({"step": int(start_step), "kind": "start", "time": time.time(),
@@ -73,6 +71,9 @@ class JsonlLogger(Logger):
             write_atomic(Path(self._path), "".join(line + "\n" for line in kept))
 
     def _append(self, record: dict[str, Any]) -> None:
+        if self._file is None:
+            self._file = open(  # noqa: SIM115 (kept open for the run, closed in ``close``)
+                self._path, "a", buffering=1, encoding="utf-8")
         self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def close(self) -> None:

@@ -8,9 +8,11 @@ through ``PAX_COORDINATOR_ADDRESS``, ``PAX_NUM_PROCESSES`` and ``PAX_PROCESS_ID`
 A multi-process run cannot go on without one of its processes, so the first failure stops the
 others: they get SIGTERM, and SIGKILL ``GRACE_S`` seconds later; the exit code is the first
 failure's (128 + N for a process killed by signal N). Ctrl-C or SIGTERM to the launcher is
-passed on the same way (a second one kills at once). Each process runs in its own session, so
-that a terminal's Ctrl-C reaches only the launcher and a stop reaches every process a command
-started (a ``sh -c`` wrapper's children too).
+passed on the same way (a second one kills at once). A process that stopped on request (exit
+143 or 130: it saved its checkpoint) is not a failure: the others stop at the same step (JAX's
+preemption sync point), and the launcher exits with that status. Each process runs in its own
+session, so that a terminal's Ctrl-C reaches only the launcher and a stop reaches every process
+a command started (a ``sh -c`` wrapper's children too).
 """
 
 from __future__ import annotations
@@ -95,6 +97,9 @@ def _environment(options: DistributedOptions, cpu_devices: int | None) -> dict[s
     return env
 
 
+STOPPED = (128 + signal.SIGTERM, 128 + signal.SIGINT)
+
+
 def _supervise(children: list[subprocess.Popen],
                events: queue.SimpleQueue[tuple[int | None, int]]) -> int:
     """Forward output and wait for every process; stop them all at the first failure or signal.
@@ -132,6 +137,9 @@ def _supervise(children: list[subprocess.Popen],
         for thread in forwarders[index]:  # its last lines come before what follows
             thread.join(GRACE_S)  # (a descendant outside its process group may hold a pipe)
         status = 128 - value if value < 0 else value
+        if status in STOPPED:  # stopped on request: the others stop at the same step
+            code = code or status
+            continue
         if status and not code:
             code = status
             if running:

@@ -15,7 +15,8 @@ A run must end, not hang, when one of its processes dies. The bounds:
 * A process that fails with an error waits at most ``FAILURE_GRACE_S`` (5 s) at JAX's shutdown
   barrier, so that processes failing together (a mistake every process finds) exit cleanly, and
   then exits without the others. Waiting for JAX's whole shutdown timeout instead would keep the
-  others blocked in a collective with it for minutes.
+  others blocked in a collective with it for minutes. The same grace bounds the wait for a
+  library's worker threads, also in a run of one process.
 * A process that sends no heartbeat for ``HEARTBEAT_TIMEOUT_S`` (1 min), having failed, been
   killed or lost its host, is declared dead by the coordination service, which then terminates
   every other process ("the JAX distributed service detected fatal errors"). Their pending
@@ -33,12 +34,14 @@ JAX is needed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import socket
 import sys
 import threading
+import time
 import warnings
 from typing import TYPE_CHECKING, NoReturn
 
@@ -252,19 +255,29 @@ def _processes(ids: list[int]) -> str:
 
 
 def exit_after_failure(code: int) -> NoReturn:
-    """End this process after an error, without waiting long for the others.
+    """End this process after an error, without waiting long for the others or for threads.
 
     In a multi-process run JAX's exit waits at the shutdown barrier for every process, up to
     ``SHUTDOWN_TIMEOUT_S``, while the others may be blocked in a collective with this one: a
-    failure alone would stall the run for minutes. The barrier is given ``FAILURE_GRACE_S``,
-    enough for processes that fail together; then the process exits regardless.
+    failure alone would stall the run for minutes. And a library's worker threads may wait for
+    work that will never come (Orbax's save threads wait 5 minutes for a save that failed
+    early). The barrier and the threads get ``FAILURE_GRACE_S`` together, enough for processes
+    that fail together and threads that are finishing; then the process exits regardless.
     """
+    deadline = time.monotonic() + FAILURE_GRACE_S
     jax = sys.modules.get("jax")
-    if jax is None or not jax.distributed.is_initialized():
-        sys.exit(code)
-    barrier = threading.Thread(target=jax.distributed.shutdown, daemon=True)
-    barrier.start()
-    barrier.join(FAILURE_GRACE_S)
+    joined = jax is not None and jax.distributed.is_initialized()
+    if joined:
+        barrier = threading.Thread(target=jax.distributed.shutdown, daemon=True)
+        barrier.start()
+        barrier.join(FAILURE_GRACE_S)
+    waiting = [t for t in threading.enumerate()
+               if t is not threading.current_thread() and not t.daemon]
+    for thread in waiting:
+        with contextlib.suppress(Exception):  # Orbax's threads raise when time is up
+            thread.join(max(0.0, deadline - time.monotonic()))
+    if not joined and not any(t.is_alive() for t in waiting):
+        sys.exit(code)  # an ordinary exit: nothing is left to wait for
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

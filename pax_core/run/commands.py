@@ -14,7 +14,8 @@ from collections.abc import Iterator
 import jax
 
 from pax_core.config.resolve import ResolvedExperiment, resolve
-from pax_core.errors import Stopped, UsageError, warn
+from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
+from pax_core.files import storage_failure
 from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
@@ -22,6 +23,7 @@ from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run, build_run, restore_or_init
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.jobdir import JobDir, library_versions
+from pax_core.run.logfile import library_logs
 from pax_core.run.loop import TrainLoop
 from pax_core.run.runtime import start_runtime
 from pax_core.run.state import TrainState
@@ -76,8 +78,18 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
     jd.create()
     primary = jax.process_index() == 0
-    with _locked(jd, primary):
-        status, step, signum = _train_locked(host, run, jd, primary, peak_tflops, profile_steps)
+    try:
+        with _locked(jd, primary), library_logs(jd.path, jax.process_index()):
+            status, step, signum = _train_locked(host, run, jd, primary, peak_tflops,
+                                                 profile_steps)
+    except PaxError:
+        raise
+    except Exception as e:
+        found = storage_failure(e)
+        if found is None:
+            raise
+        raise RunError(f"cannot write to --job-dir {jd.path} ({found[0]}): {found[1]}, then "
+                       f"run the same command (its checkpoints are as they were)") from e
     if status == "interrupted":
         raise Stopped(f"stopped on request ({signal.Signals(signum).name}) at step {step}; the "
                       f"checkpoint is saved: run the same command to resume", signum)
@@ -117,8 +129,11 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
         finally:
             loggers.close()
             notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
-    finally:
-        checkpointer.close()
+    except BaseException:
+        with contextlib.suppress(Exception):  # the failure is reported, not a second one
+            checkpointer.close()
+        raise
+    checkpointer.close()
     return status, step, loop.stop_signal
 
 

@@ -94,8 +94,10 @@ class JobDir:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise UsageError(f"--job-dir {self.path} cannot be created: {e.strerror}") from e
-        if not os.access(self.path, os.W_OK | os.X_OK):
-            raise UsageError(f"--job-dir {self.path} is not writable")
+        for path in (self.path, self.checkpoints):
+            if path.exists() and not os.access(path, os.W_OK | os.X_OK):
+                raise UsageError(f"{path} is not writable; make it writable (or use another "
+                                 f"--job-dir), then run the same command (nothing was changed)")
 
     def runs(self) -> list[dict[str, Any]]:
         """The recorded invocations, oldest first; a damaged record is a ``UsageError`` naming

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import os
 import signal
 import time
 from typing import Any
@@ -33,18 +34,28 @@ from pax_core.speed.profiling import StepProfiler
 
 
 @contextlib.contextmanager
-def _stop_on_signals(flag: dict[str, int]):
+def _stop_on_signals(flag: dict[str, int], coordinated: bool):
     """Turn SIGTERM/SIGINT into a request to stop after the current step (``flag["stop"]`` is
     the signal's number). A repeated request is acknowledged, not obeyed: the checkpoint being
-    written must finish, or the previous one would stay the latest."""
+    written must finish, or the previous one would stay the latest.
+
+    In a multi-process run (``coordinated``) every process must stop at the same step, since
+    the save is collective: SIGTERM is left to JAX's preemption service, which tells the other
+    processes and names the step all of them stop at (``reached_preemption_sync_point``), and
+    a Ctrl-C is passed to it as a SIGTERM to this process."""
 
     def handler(signum, frame):
-        if flag["stop"]:
+        if flag["stop"] or flag.get("requested"):
             warn(f"{signal.Signals(signum).name} again: still saving the checkpoint, then "
                  f"stopping")
-        flag["stop"] = flag["stop"] or signum
+        elif coordinated:
+            flag["requested"] = signum
+            os.kill(os.getpid(), signal.SIGTERM)
+        else:
+            flag["stop"] = signum
 
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    handled = (signal.SIGINT,) if coordinated else (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, handler) for s in handled}
     try:
         yield
     finally:
@@ -137,12 +148,19 @@ class TrainLoop:
         for name, metrics in self.evaluator.evaluate(params).items():
             self._log(step, f"eval/{name}", metrics)
 
-    def _save(self, step: int, state: TrainState) -> None:
-        self._check_anomalies()
+    def _checkpointer(self, method: str, *args: Any) -> Any:
+        """A call of the checkpointer; its failures are reported against it (a storage failure
+        it has already told as one line passes as is)."""
         try:
-            started = self.checkpointer.save(step, state, self.run.train_input.get_state())
+            return getattr(self.checkpointer, method)(*args)
+        except PaxError:
+            raise
         except Exception as e:
             raise self.host.provider_error("checkpointer", self.checkpointer, e) from e
+
+    def _save(self, step: int, state: TrainState) -> None:
+        self._check_anomalies()
+        started = self._checkpointer("save", step, state, self.run.train_input.get_state())
         if started:
             # Starting a save waited for the earlier ones: they are committed now.
             self._announce_committed()
@@ -185,7 +203,7 @@ class TrainLoop:
         flag = {"stop": 0}
         # The first step's time is its own: the state (initialised or restored) is ready first.
         jax.block_until_ready(state)
-        with _stop_on_signals(flag):
+        with _stop_on_signals(flag, coordinated=jax.process_count() > 1):
             with contextlib.closing(profiler):
                 state, step = self._steps(state, step, flag, profiler)
             self.stop_signal = flag["stop"]
@@ -193,11 +211,11 @@ class TrainLoop:
             self._save(step, state)
             if status == "completed":
                 self._evaluate(step, state.params)
-            self.checkpointer.wait()
+            self._checkpointer("wait")
         self._announce_committed()
         return state, step, status
 
-    def _steps(self, state: TrainState, step: int, flag: dict[str, bool],
+    def _steps(self, state: TrainState, step: int, flag: dict[str, int],
                profiler: StepProfiler) -> tuple[TrainState, int]:
         """Steps until ``num_train_steps`` or a stop request, with summaries, evals and saves."""
         total, settings, clock = self.settings.num_train_steps, self.settings, self.clock
@@ -209,6 +227,8 @@ class TrainLoop:
             with profiler.step(step + 1):
                 state, metrics = self._step(state, batch)
             step += 1
+            if self._preempted(step):
+                flag["stop"] = signal.SIGTERM
             self._anomalies.append((step, metrics["anomalous"]))
             profiler.finished(step, metrics)
             inflight.append(metrics["loss"])
@@ -225,8 +245,18 @@ class TrainLoop:
                 clock.charge("eval")
             if self.checkpointer.should_save(step):
                 self._save(step, state)
-                clock.charge("checkpoint")
+            self._checkpointer("check")
+            clock.charge("checkpoint")
         return state, step
+
+    def _preempted(self, step: int) -> bool:
+        """Whether every process of a multi-process run has been told to stop at ``step`` (one of
+        them got SIGTERM); a local check, made after every step as JAX requires."""
+        if jax.process_count() == 1:
+            return False
+        from jax.experimental import multihost_utils
+
+        return multihost_utils.reached_preemption_sync_point(step)
 
     def _time_first_step(self, metrics: dict[str, jax.Array]) -> None:
         """Compiling plus running the first step: what a user waits for before training."""

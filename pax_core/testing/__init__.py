@@ -12,6 +12,10 @@
 * ``cpu_mesh(shape, axis_names)`` — a ``jax.sharding.Mesh`` over the fake devices.
 * ``run_pax(*args)`` — the installed ``pax`` command as a user runs it, plugin failures fatal;
   ``read_metrics(job_dir)`` — the records of its ``metrics.jsonl``.
+* Fault trials (``pax_core.testing.faults``): ``kill_trials(args, job_dir, trials=N)`` runs
+  ``pax train`` N times, killing each with SIGKILL at a random moment, then to the end;
+  ``read_params(job_dir)``, ``train_losses(job_dir)`` and ``assert_same_params`` compare the
+  result bitwise with a run left alone.
 * What a command does, in the test's own process: ``resolve`` (experiment + ``--set`` items to
   a config), ``build_run`` (a resolved experiment placed on devices, nothing allocated),
   ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
@@ -37,6 +41,13 @@ import pytest
 
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.testing.conformance import PluginConformance, parametrize_conformance
+from pax_core.testing.faults import (
+    KillTrials,
+    assert_same_params,
+    kill_trials,
+    read_params,
+    train_losses,
+)
 
 # Names this module lends from the core, imported on first use (they import JAX).
 _LENT = {
@@ -50,8 +61,9 @@ _LENT = {
 }
 
 __all__ = [  # noqa: RUF022 (the lent names last)
-    "PluginConformance", "PluginHost", "cpu_mesh", "isolated_host", "pax_host", "read_metrics",
-    "register_plugin", "run_pax", "use_cpu_devices",
+    "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "cpu_mesh",
+    "isolated_host", "kill_trials", "pax_host", "read_metrics", "read_params", "register_plugin",
+    "run_pax", "train_losses", "use_cpu_devices",
     "build_run", "evaluate", "plan", "resolve", "step_flops", "train", "use_fake_devices",
 ]
 

@@ -1,0 +1,84 @@
+"""Where the libraries' own log records go during a run: ``JOB_DIR/logs/process_N.log``.
+
+Orbax and the other libraries built on absl log each failure of a save thread as an ERROR with
+a traceback, several times over; on the console that buries the one line Pax prints about it.
+For the length of a run their records (WARNING and above) are written to the job's log file
+instead. The ``pax`` command also turns a background thread that dies, or a clean-up that
+fails at exit, into one warning line (the traceback goes to the log file).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+import threading
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+
+from pax_core.errors import warn
+
+LIBRARY_LOGGERS = ("absl",)
+BACKGROUND = logging.getLogger("pax.background")
+BACKGROUND.addHandler(logging.NullHandler())  # outside a run: the warning line only
+BACKGROUND.propagate = False
+_current: list[Path] = []
+
+
+class _FileHandler(logging.FileHandler):
+    """A log file that never interrupts the run: when the disk is full it drops records."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def library_logs(job_dir: Path, process: int) -> Iterator[Path]:
+    """Send the libraries' records and background failures to the run's log file."""
+    path = job_dir / "logs" / f"process_{process}.log"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler: logging.Handler = _FileHandler(path, delay=True)
+    except OSError:
+        handler = logging.NullHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    handler.setLevel(logging.WARNING)
+    saved = {name: logging.getLogger(name).propagate for name in LIBRARY_LOGGERS}
+    for name in (*LIBRARY_LOGGERS, BACKGROUND.name):
+        logging.getLogger(name).addHandler(handler)
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).propagate = False
+    _current.append(path)
+    try:
+        yield path
+    finally:
+        _current.remove(path)
+        for name, propagate in saved.items():
+            logging.getLogger(name).propagate = propagate
+        for name in (*LIBRARY_LOGGERS, BACKGROUND.name):
+            logging.getLogger(name).removeHandler(handler)
+        with contextlib.suppress(OSError):
+            handler.close()
+
+
+def report_background_failures() -> None:
+    """Report a dying background thread or a failing clean-up as one warning per distinct
+    failure, instead of Python's traceback on stderr."""
+    reported: set[str] = set()
+
+    def report(what: str, error: BaseException | None, trace: TracebackType | None) -> None:
+        line = f"{what} failed: {type(error).__name__}: {error}".splitlines()[0][:300]
+        if error is not None:
+            details = traceback.format_exception(type(error), error, trace)
+            BACKGROUND.error("%s\n%s", line, "".join(details))
+        if line not in reported:
+            reported.add(line)
+            warn(line + (f" (details in {_current[-1]})" if _current else ""))
+
+    threading.excepthook = lambda a: report(
+        f"a background thread ({a.thread.name if a.thread else 'unnamed'})", a.exc_value,
+        a.exc_traceback)
+    sys.unraisablehook = lambda u: report(
+        f"a clean-up ({u.err_msg or 'at exit'})", u.exc_value, u.exc_traceback)

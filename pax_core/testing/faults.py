@@ -1,0 +1,149 @@
+"""Fault trials for a plugin's experiment: ``pax train`` killed with SIGKILL at random moments,
+rerun each time, then finished; and the final train state read back for comparison.
+
+A plugin checks that its model and input resume exactly (the input's position and the random
+keys included) by comparing a killed-and-resumed run with one left alone::
+
+    trials = kill_trials(["--exp", "myplugin/Tiny"], job_dir, trials=10)
+    assert trials.damaged == [] and trials.finished.returncode == 0
+    assert train_losses(job_dir) == train_losses(straight_job_dir)
+    assert_same_params(read_params(job_dir), read_params(straight_job_dir))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+# A fraction of the kills land while the process starts, compiles or restores; the rest while
+# it trains and saves, a random moment after it has logged a new step.
+EARLY_KILLS = 0.25
+
+
+@dataclasses.dataclass
+class KillTrials:
+    """What ``kill_trials`` saw: how many runs it started and how many it killed before they
+    finished; the step each run resumed from (a kill never loses a committed step, so they
+    never decrease) and how many unfinished saves were removed; the restore messages that named
+    a damaged checkpoint (a kill must never damage one), any traceback; the final run."""
+
+    tried: int
+    killed: int
+    resumed: list[int]
+    unfinished_removed: int
+    damaged: list[str]
+    tracebacks: list[str]
+    finished: subprocess.CompletedProcess
+
+
+def _records(metrics: Path) -> int:
+    try:
+        return metrics.read_bytes().count(b"\n")
+    except OSError:
+        return 0
+
+
+def _one_trial(command: list[str], job_dir: Path, env: Mapping[str, str], rng: random.Random,
+               log: Path) -> bool:
+    """Start the run, kill it at a random moment; returns whether it was killed."""
+    metrics = job_dir / "metrics.jsonl"
+    before = _records(metrics)
+    with open(log, "w") as err:
+        run = subprocess.Popen(command, stdout=err, stderr=err, env=dict(env))
+        if rng.random() < EARLY_KILLS:
+            deadline = time.monotonic() + rng.uniform(0.0, 4.0)
+        else:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and run.poll() is None:
+                if _records(metrics) > before + 1:  # past the start record: training
+                    break
+                time.sleep(0.02)
+            deadline = time.monotonic() + rng.uniform(0.0, 1.0)
+        while time.monotonic() < deadline and run.poll() is None:
+            time.sleep(0.01)
+        killed = run.poll() is None
+        if killed:
+            run.send_signal(signal.SIGKILL)
+        run.wait()
+    return killed
+
+
+def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int, seed: int = 0,
+                env: Mapping[str, str] | None = None, timeout: float = 600) -> KillTrials:
+    """Run ``pax train ARGS --job-dir JOB_DIR`` ``trials`` times, killing each with SIGKILL at
+    a random moment (``seed`` fixes them), then once more to the end."""
+    job_dir = Path(job_dir)
+    pax = str(Path(sys.executable).with_name("pax"))
+    command = [pax, "train", *args, "--job-dir", str(job_dir)]
+    env = {**os.environ, "PAX_STRICT_PLUGINS": "1", **(env or {})}
+    rng = random.Random(seed)
+    logs = job_dir.parent / f"{job_dir.name}-trials"
+    logs.mkdir(parents=True, exist_ok=True)
+    killed, resumed, removed, damaged, tracebacks = 0, [], 0, [], []
+
+    def read(text: str) -> None:
+        nonlocal removed
+        resumed.extend(int(n) for n in re.findall(r"resuming from step (\d+) of", text))
+        removed += text.count("removed the unfinished save")
+        damaged.extend(line for line in text.splitlines() if "is damaged" in line)
+        if "Traceback" in text:
+            tracebacks.append(text)
+
+    for trial in range(trials):
+        log = logs / f"{trial}.err"
+        killed += _one_trial(command, job_dir, env, rng, log)
+        read(log.read_text())
+    finished = subprocess.run(command, capture_output=True, text=True, env=env,
+                              timeout=timeout)
+    read(finished.stdout + finished.stderr)
+    return KillTrials(trials, killed, resumed, removed, damaged, tracebacks, finished)
+
+
+def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
+    """The parameters of a job's checkpoint (the newest without ``step``) as numpy arrays,
+    keyed by their path (``['Dense_0']['kernel']``)."""
+    import jax
+    import numpy as np
+    import orbax.checkpoint as ocp
+
+    root = Path(job_dir) / "checkpoints"
+    if step is None:
+        step = max(int(p.name) for p in root.iterdir() if p.name.isdigit())
+    state = ocp.StandardCheckpointer().restore(root / str(step) / "state")
+    leaves = jax.tree_util.tree_flatten_with_path(state["params"])[0]
+    return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+
+
+def train_losses(job_dir: str | os.PathLike) -> dict[int, float]:
+    """``{step: loss}`` of a job's train records; a step logged twice is an error (a resume
+    must not leave the records of steps it trained again)."""
+    import json
+
+    out: dict[int, float] = {}
+    for line in (Path(job_dir) / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record["kind"] == "train":
+            if record["step"] in out:
+                raise AssertionError(f"step {record['step']} is logged twice")
+            out[record["step"]] = record["loss"]
+    return out
+
+
+def assert_same_params(got: Mapping[str, Any], want: Mapping[str, Any]) -> None:
+    """Bitwise equality of two ``read_params`` results, naming the first that differs."""
+    import numpy as np
+
+    assert sorted(got) == sorted(want), (sorted(got), sorted(want))
+    for name in sorted(want):
+        if not np.array_equal(got[name], want[name]) or got[name].dtype != want[name].dtype:
+            diff = np.max(np.abs(got[name].astype(np.float64) - want[name].astype(np.float64)))
+            raise AssertionError(f"params{name} differ (largest difference {diff})")

@@ -1,0 +1,142 @@
+"""Storage that fails under a run: a disk that fills, a checkpoint directory that turns
+read-only or is removed. The run stops within seconds with one line naming the step, the cause
+and the newest complete checkpoint, which is intact: the same command resumes from it.
+
+Each case runs ``pax train`` in a private mount namespace (``unshare``) on a small tmpfs, so
+the disk really fills and the mount really turns read-only, without touching the machine's.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from pax_core.testing import run_pax
+
+pytestmark = pytest.mark.slow
+
+TRAIN = "--exp MlpSynthetic --set task.train.save_interval_steps=5"
+
+
+def _unshare() -> list[str] | None:
+    """The ``unshare`` command line that gives this user a private mount namespace."""
+    if shutil.which("unshare") is None:
+        return None
+    for command in (["unshare", "--mount", "--propagation", "private"],
+                    ["unshare", "--user", "--map-root-user", "--mount", "--propagation",
+                     "private"]):
+        probe = subprocess.run([*command, "sh", "-c", "mount -t tmpfs tmpfs /mnt"],
+                               capture_output=True)
+        if probe.returncode == 0:
+            return command
+    return None
+
+
+UNSHARE = _unshare()
+needs_mounts = pytest.mark.skipif(UNSHARE is None, reason="no private mount namespace here")
+
+# While the run trains: make its storage fail, then time how long it takes to end.
+FAULTS = {
+    "the disk fills": "dd if=/dev/zero of=$DISK/filler bs=1M count=64 2>/dev/null",
+    "the checkpoints turn read-only": "mount --bind $JOB/checkpoints $JOB/checkpoints && "
+                                      "mount -o remount,ro,bind $JOB/checkpoints",
+    "the checkpoints are removed": "rm -rf $JOB/checkpoints",
+}
+
+
+def _in_namespace(tmp_path: Path, body: str) -> None:
+    script = tmp_path / "case.sh"
+    script.write_text(textwrap.dedent(f"""\
+        set -u
+        DISK={tmp_path}/disk JOB={tmp_path}/disk/job OUT={tmp_path}
+        PAX="{Path(sys.executable).with_name("pax")}"
+        mount -t tmpfs -o size=24m tmpfs $DISK
+        """) + textwrap.dedent(body))
+    (tmp_path / "disk").mkdir()
+    subprocess.run([*UNSHARE, "bash", str(script)], check=True, timeout=300)
+
+
+def _one_error_line(err: str) -> str:
+    assert "Traceback" not in err and "ERROR:absl" not in err, err
+    errors = [line for line in err.splitlines() if line.startswith("pax: error: ")]
+    others = [line for line in err.splitlines() if not line.startswith("pax: ")]
+    assert len(errors) == 1 and not others, err
+    return errors[0]
+
+
+@needs_mounts
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
+    _in_namespace(tmp_path, f"""\
+        PAX_STRICT_PLUGINS=1 $PAX train {TRAIN} --set NUM_TRAIN_STEPS=1000000 --job-dir $JOB \\
+            > $OUT/out 2> $OUT/err & RUN=$!
+        until grep -qs '"step": 20, "kind": "train"' $JOB/metrics.jsonl; do sleep 0.1; done
+        {FAULTS[fault]}
+        START=$(date +%s.%N)
+        wait $RUN; echo $? > $OUT/status
+        echo "$(date +%s.%N) - $START" | bc > $OUT/seconds
+        rm -f $DISK/filler; umount $JOB/checkpoints 2>/dev/null
+        ls $JOB/checkpoints > $OUT/steps 2>/dev/null
+        LAST=$(grep -E '^[0-9]+$' $OUT/steps | sort -n | tail -1)
+        $PAX train {TRAIN} --set NUM_TRAIN_STEPS=$(( ${{LAST:-0}} + 5 )) --job-dir $JOB \\
+            > $OUT/resumed.out 2> $OUT/resumed.err; echo $? > $OUT/resumed.status
+        """)
+    status = int((tmp_path / "status").read_text())
+    seconds = float((tmp_path / "seconds").read_text())
+    error = _one_error_line((tmp_path / "err").read_text())
+    assert status == 1, error
+    assert seconds < 30, seconds
+    cause = {"the disk fills": "No space left on device",
+             "the checkpoints turn read-only": "Read-only file system",
+             "the checkpoints are removed": "No such file or directory"}[fault]
+    assert re.match(rf"pax: error: (the checksums of )?checkpoint step \d+ could not be written "
+                    rf"to \S+ \({cause}\); ", error), error
+    assert "then run the same command to resume" in error
+    assert int((tmp_path / "resumed.status").read_text()) == 0
+    resumed = (tmp_path / "resumed.out").read_text()
+    if "no complete checkpoint is left" in error:  # removed, and no save came after
+        assert fault == "the checkpoints are removed"
+        assert "resuming" not in resumed
+        return
+    intact = int(re.search(r"the newest complete checkpoint, step (\d+), is intact", error)[1])
+    assert f"resuming from step {intact} of" in resumed, resumed
+    assert "damaged" not in (tmp_path / "resumed.err").read_text()
+
+
+@needs_mounts
+def test_a_full_disk_at_the_start_is_one_line(tmp_path):
+    _in_namespace(tmp_path, f"""\
+        mkdir $JOB
+        dd if=/dev/zero of=$DISK/filler bs=1M count=64 2>/dev/null
+        $PAX train {TRAIN} --set NUM_TRAIN_STEPS=10 --job-dir $JOB 2> $OUT/err
+        echo $? > $OUT/status
+        """)
+    error = _one_error_line((tmp_path / "err").read_text())
+    assert int((tmp_path / "status").read_text()) == 1
+    assert error.startswith(f"pax: error: cannot write to --job-dir {tmp_path}/disk/job (No "
+                            f"space left on device): free space there, then run the same command")
+
+
+@needs_mounts
+def test_read_only_checkpoints_are_refused_before_a_resume(tmp_path):
+    job = tmp_path / "job"
+    first = run_pax("train", *TRAIN.split(), "--set", "NUM_TRAIN_STEPS=10", "--job-dir", str(job))
+    assert first.returncode == 0, first.stderr
+    runs = (job / "runs.jsonl").read_text()
+    _in_namespace(tmp_path, f"""\
+        mount --bind {job}/checkpoints {job}/checkpoints
+        mount -o remount,ro,bind {job}/checkpoints
+        $PAX train {TRAIN} --set NUM_TRAIN_STEPS=20 --job-dir {job} 2> $OUT/err
+        echo $? > $OUT/status
+        """)
+    error = _one_error_line((tmp_path / "err").read_text())
+    assert int((tmp_path / "status").read_text()) == 2
+    assert error == (f"pax: error: {job}/checkpoints is not writable; make it writable (or use "
+                     f"another --job-dir), then run the same command (nothing was changed)")
+    assert (job / "runs.jsonl").read_text() == runs
