@@ -27,7 +27,8 @@ API = [
     "Constant", "CpuBackend", "DamagedCheckpoint", "ExpOpt", "Experiment", "ExperimentRef",
     "Input", "Job", "JobDirOpt", "JsonOpt", "Learner", "LinearRampupCosineDecay",
     "LinearRampupExponentialDecay", "Logger", "MlpClassifier", "ModelOutput", "Optimizer",
-    "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Reduction", "Run", "RunError",
+    "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Reduction", "RestoreStepOpt", "Run",
+    "RunError",
     "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
     "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]

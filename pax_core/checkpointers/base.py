@@ -43,10 +43,11 @@ class Checkpointer(abc.ABC):
         latest = self.latest_step()
         return [] if latest is None else [latest]
 
-    def set_aside(self, step: int) -> str | None:
-        """Move a damaged ``step`` out of the way, so that it is neither restored nor in the way
-        of a later save; returns where it went, or None for a checkpointer that cannot (the run
-        then stops at the damaged step)."""
+    def set_aside(self, step: int, why: str = "damaged") -> str | None:
+        """Move ``step`` out of the way, so that it is neither restored nor in the way of a later
+        save: a damaged step, or (``why="rolled_back"``) one after the step a run is restarted
+        from. Returns where it went, or None for a checkpointer that cannot (the run then stops
+        at a damaged step, and cannot roll back)."""
         return None
 
     @abc.abstractmethod

@@ -113,8 +113,8 @@ class OrbaxCheckpointer(Checkpointer):
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
-    def set_aside(self, step: int) -> str:
-        target = Path(self.directory).parent / "damaged_checkpoints" / f"{step}-{int(time.time())}"
+    def set_aside(self, step: int, why: str = "damaged") -> str:
+        target = Path(self.directory).parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
         if self._primary:
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(str(Path(self.directory) / str(step)), str(target))

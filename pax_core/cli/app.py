@@ -15,6 +15,7 @@ from pax_core.cli.options import (
     PlatformOpt,
     PluginOpt,
     ProcessIdOpt,
+    RestoreStepOpt,
     SetOpt,
 )
 from pax_core.errors import warn
@@ -109,6 +110,18 @@ def train_command(
         "--profile-steps", metavar="START:END",
         help="Trace steps START to END with jax.profiler into JOB_DIR/profile (TensorBoard's "
         "profile tab, or Perfetto).")] = None,
+    restore_step: Annotated[int | None, typer.Option(
+        "--restore-checkpoint-step", metavar="STEP", min=0,
+        help="Restart from the checkpoint of this step instead of the latest; the later ones "
+        "are moved to JOB_DIR/rolled_back_checkpoints.")] = None,
+    eval_on_test: Annotated[bool, typer.Option(
+        "--eval-on-test/--no-eval-on-test",
+        help="Evaluate the eval datasets during training (every eval_interval_steps and at the "
+        "end).")] = True,
+    config_file: Annotated[str | None, typer.Option(
+        "--fdl-config-file", metavar="FILE",
+        help="Train this Fiddle JSON config (a job's config.json) in place of the experiment's "
+        "task and datasets; the experiment still gives the mesh and components.")] = None,
     coordinator_address: AddressOpt = None,
     num_processes: NumProcessesOpt = None,
     process_id: ProcessIdOpt = None,
@@ -122,7 +135,8 @@ def train_command(
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items or [],
                    job_dir=job_dir, platform=platform, distributed=distributed,
-                   peak_tflops=peak_tflops, profile_steps=window)
+                   peak_tflops=peak_tflops, profile_steps=window, restore_step=restore_step,
+                   evaluate=eval_on_test, config_file=config_file)
 
 
 def eval_command(
@@ -135,11 +149,13 @@ def eval_command(
     set_items: SetOpt = None,
     platform: PlatformOpt = None,
     as_json: JsonOpt = False,
+    restore_step: RestoreStepOpt = None,
     coordinator_address: AddressOpt = None,
     num_processes: NumProcessesOpt = None,
     process_id: ProcessIdOpt = None,
 ) -> None:
-    """Evaluate the latest checkpoint of a job on the experiment's eval datasets."""
+    """Evaluate the latest checkpoint of a job (or --restore-checkpoint-step) on the
+    experiment's eval datasets."""
     import json
 
     import jax
@@ -151,7 +167,8 @@ def eval_command(
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
                                       set_items=set_items or [], job_dir=job_dir,
-                                      platform=platform, distributed=distributed)
+                                      platform=platform, distributed=distributed,
+                                      step=restore_step)
     if jax.process_index() != 0:  # every process has the same results: print them once
         return
     if as_json:

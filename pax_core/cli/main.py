@@ -17,23 +17,13 @@ import traceback
 import typer
 
 from pax_core.cli import app as app_module
+from pax_core.cli import pax_flags
 from pax_core.errors import PaxError
 from pax_core.parallel import processes as distributed
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.run.logfile import report_background_failures
 
-GLOBAL_OPTIONS = ("--plugins", "--disable-plugins")
-
-
-def normalise_argv(argv: list[str]) -> list[str]:
-    """Accept Pax's ``--fdl.KEY=VALUE`` spelling as ``--set KEY=VALUE``."""
-    out: list[str] = []
-    for arg in argv:
-        if arg.startswith("--fdl.") and "=" in arg:
-            out += ["--set", arg[len("--fdl."):]]
-        else:
-            out.append(arg)
-    return out
+GLOBAL_OPTIONS = pax_flags.GLOBAL_OPTIONS
 
 
 def _global_options(argv: list[str]) -> dict[str, str]:
@@ -55,9 +45,9 @@ def _global_options(argv: list[str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = normalise_argv(list(sys.argv[1:] if argv is None else argv))
     report_background_failures()
     try:
+        argv = pax_flags.translate(list(sys.argv[1:] if argv is None else argv))
         options = _global_options(argv)
         selection = PluginSelection.from_env(
             allow=options.get("--plugins"), disable=options.get("--disable-plugins")

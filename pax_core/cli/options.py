@@ -30,6 +30,10 @@ PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", metavar="PLATFORM",
     help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX finds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+RestoreStepOpt = Annotated[int | None, typer.Option(
+    "--restore-checkpoint-step", metavar="STEP", min=0,
+    help="Use the checkpoint of this step instead of the latest (Pax's "
+    "--restore_checkpoint_step).")]
 AddressOpt = Annotated[str | None, typer.Option(
     "--coordinator-address", metavar="HOST:PORT",
     help="Multi-process run: process 0's host and a free port, the same on every process. "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+from pathlib import Path
 from typing import Any
 
 import fiddle as fdl
@@ -71,9 +72,33 @@ def _check_required_plugins(name: str, cls: type[Experiment]) -> None:
                              f"installed (pip install {distribution})") from None
 
 
-def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
-            ) -> ResolvedExperiment:
-    """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects)."""
+def load_config(path: str) -> fdl.Config:
+    """A job's config from a Fiddle JSON file (``config.json``), or a ``UsageError`` naming the
+    file and what is wrong with it."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"config file {path} cannot be read: "
+                         f"{getattr(e, 'strerror', None) or e}") from None
+    try:
+        config = serialization.load_json(text)
+    except Exception as e:
+        what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        raise UsageError(f"config file {path} is not a Fiddle config written by pax "
+                         f"train ({what}); use a job's config.json, or repair it") from None
+    if not isinstance(config, fdl.Config) or fdl.get_callable(config) is not Job:
+        raise UsageError(f"config file {path} holds a Fiddle config, but not of a job "
+                         f"(a Job with a task and datasets); use a job's config.json")
+    return config
+
+
+def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+            config_file: str | None = None) -> ResolvedExperiment:
+    """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects).
+
+    With ``config_file`` (Pax's ``--fdl_config_file``) its config replaces the experiment's
+    task and datasets; the experiment's constants still give the mesh and the components, and
+    path overrides apply to the file's config."""
     if plugin:
         host.require(plugin)
     name, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
@@ -82,7 +107,8 @@ def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
     experiment = cls()
     try:
-        config = fdl.Config(Job, task=experiment.task(), datasets=list(experiment.datasets()))
+        config = (load_config(config_file) if config_file else
+                  fdl.Config(Job, task=experiment.task(), datasets=list(experiment.datasets())))
     except PaxError:
         raise
     except Exception as e:

@@ -96,19 +96,24 @@ class Run:
         return self.partitioner.compile_init(init, self.state_shardings)(seed)
 
 
-def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
-                    ) -> tuple[TrainState, int]:
-    """The newest checkpoint that restores, onto the run's shardings (and the input's position),
-    or a fresh state at step 0 when there is none.
+def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
+                    chosen: int | None = None) -> tuple[TrainState, int]:
+    """The newest checkpoint that restores (or the ``chosen`` step), onto the run's shardings
+    (and the input's position), or a fresh state at step 0 when there is none.
 
     A damaged newest step is set aside (``JOB_DIR/damaged_checkpoints``) and the previous one
-    restored, with a warning naming it; with ``on_damaged_checkpoint='stop'`` the run stops
-    there instead. When every step is damaged the run stops: it never starts over silently.
+    restored, with a warning naming it; with ``on_damaged_checkpoint='stop'``, or when a step
+    was ``chosen``, the run stops there instead. When every step is damaged the run stops: it
+    never starts over silently.
     """
-    stop = run.task.train.on_damaged_checkpoint == "stop"
+    stop = chosen is not None or run.task.train.on_damaged_checkpoint == "stop"
     try:
         steps = checkpointer.all_steps()
-        for step in reversed(steps):
+        if chosen is not None and chosen not in steps:
+            listed = ", ".join(map(str, steps)) or "none"
+            raise UsageError(f"no checkpoint at step {chosen} in {checkpointer.directory} (its "
+                             f"steps: {listed}); pick one of them for --restore-checkpoint-step")
+        for step in reversed(steps if chosen is None else [chosen]):
             try:
                 state, input_state = checkpointer.restore(step, run.abstract_state)
                 if input_state:
@@ -116,10 +121,11 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer
             except DamagedCheckpoint as e:
                 where = None if stop else checkpointer.set_aside(step)
                 if where is None:
-                    raise UsageError(
-                        f"checkpoint step {step} in {checkpointer.directory} is damaged: {e}; "
-                        f"move it away to resume from the one before, or set "
-                        f"task.train.on_damaged_checkpoint='fallback'") from None
+                    remedy = ("choose another --restore-checkpoint-step" if chosen is not None
+                              else "move it away to resume from the one before, or set "
+                                   "task.train.on_damaged_checkpoint='fallback'")
+                    raise UsageError(f"checkpoint step {step} in {checkpointer.directory} is "
+                                     f"damaged: {e}; {remedy}") from None
                 warn(f"checkpoint step {step} is damaged ({e}); moved to {where}, trying the "
                      f"one before it")
                 continue

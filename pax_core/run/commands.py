@@ -10,9 +10,11 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
+from pathlib import Path
 
 import jax
 
+from pax_core.checkpointers.base import Checkpointer
 from pax_core.config.resolve import ResolvedExperiment, resolve
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import storage_failure
@@ -24,7 +26,7 @@ from pax_core.run.build import Run, build_run, restore_or_init
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.jobdir import JobDir, library_versions
 from pax_core.run.logfile import library_logs
-from pax_core.run.loop import TrainLoop
+from pax_core.run.loop import TrainLoop, TrainLoopOptions
 from pax_core.run.runtime import start_runtime
 from pax_core.run.state import TrainState
 
@@ -38,9 +40,9 @@ def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
 
 
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
-             job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None
-             ) -> Run:
-    resolved = resolve(host, exp, plugin, set_items)
+             job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
+             config_file: str | None = None) -> Run:
+    resolved = resolve(host, exp, plugin, set_items, config_file)
     job_dir.check_same_experiment(resolved.name)
     devices = start_runtime(host, platform, distributed)
     check_same_software(host)
@@ -66,22 +68,27 @@ def _locked(job_dir: JobDir, primary: bool) -> Iterator[None]:
 
 def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
           platform: str | None = None, distributed: DistributedOptions | None = None,
-          peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None
-          ) -> str:
+          peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None,
+          restore_step: int | None = None, evaluate: bool = True,
+          config_file: str | None = None) -> str:
     """Train (or resume) ``exp`` in ``job_dir``; returns the final status.
 
     Every process of a multi-process run calls this; only process 0 writes the record and logs.
     ``peak_tflops`` replaces the device's peak in MFU; ``profile_steps`` is a window of steps
-    to trace (``pax_core.speed.profiling``).
+    to trace (``pax_core.speed.profiling``). ``restore_step`` restarts from that checkpoint,
+    setting the later ones aside (``JOB_DIR/rolled_back_checkpoints``); without ``evaluate``
+    the eval datasets are not evaluated during training; ``config_file`` is a Fiddle JSON
+    config (a job's ``config.json``) trained in place of the experiment's.
     """
     jd = JobDir(job_dir)
-    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
+    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     jd.create()
     primary = jax.process_index() == 0
     try:
         with _locked(jd, primary), library_logs(jd.path, jax.process_index()):
-            status, step, signum = _train_locked(host, run, jd, primary, peak_tflops,
-                                                 profile_steps)
+            status, step, signum = _train_locked(
+                host, run, jd, primary, TrainLoopOptions(peak_tflops, profile_steps, evaluate),
+                restore_step, config_file)
     except PaxError:
         raise
     except Exception as e:
@@ -97,15 +104,16 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
 
 
 def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
-                  peak_tflops: float | None, profile_steps: tuple[int, int] | None
+                  options: TrainLoopOptions, restore_step: int | None, config_file: str | None
                   ) -> tuple[str, int, int]:
     """Restore or start, record the invocation, train; returns (status, step, stop signal)."""
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     status, step = "failed", 0
     try:
-        loop = TrainLoop(run, checkpointer, host, peak_tflops=peak_tflops,
-                         profile_steps=profile_steps)
-        state, step = restore_or_init(host, run, checkpointer)
+        loop = TrainLoop(run, checkpointer, host, options)
+        state, step = restore_or_init(host, run, checkpointer, restore_step)
+        if restore_step is not None:
+            _roll_back(checkpointer, restore_step)
         total = run.task.train.num_train_steps
         if step > total:
             raise UsageError(f"the checkpoint in {jd.checkpoints} is at step {step}, past "
@@ -120,7 +128,8 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                      f"{'; '.join(changed)}")
             jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
                       config_json=run.resolved.to_json(), config_text=config_text,
-                      plugins=host.active_versions())
+                      plugins=host.active_versions(),
+                      extra={"config_file": config_file} if config_file else None)
         info = RunInfo(run.resolved.name, str(jd.path), total, step, jax.process_index(),
                        jax.process_count())
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
@@ -137,30 +146,47 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
     return status, step, loop.stop_signal
 
 
+def _roll_back(checkpointer: Checkpointer, step: int) -> None:
+    """Set the checkpoints after ``step`` aside: the run continues from ``step``, and they would
+    be in the way of its saves."""
+    later = [s for s in checkpointer.all_steps() if s > step]
+    if not later:
+        return
+    moved = [checkpointer.set_aside(s, why="rolled_back") for s in later]
+    if None in moved:
+        raise UsageError(f"this checkpointer cannot set checkpoints aside, so the run cannot go "
+                         f"back to step {step}; use another --job-dir")
+    warn(f"restarting from step {step}: moved the later checkpoints (steps "
+         f"{', '.join(map(str, later))}) to {Path(moved[0]).parent}")
+
+
 def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
                    set_items: list[str], job_dir: str, platform: str | None = None,
-                   distributed: DistributedOptions | None = None
+                   distributed: DistributedOptions | None = None, step: int | None = None
                    ) -> tuple[Run, TrainState, int]:
-    """The run and the latest train state of a job, for commands that use a trained model
-    (``pax eval``, a modality's ``pax decode``).
+    """The run and the latest train state of a job (or that of ``step``), for commands that
+    use a trained model (``pax eval``, a modality's ``pax decode``).
 
-    Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used.
+    Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used
+    (and its config, for a run trained from a config file).
     """
     jd = JobDir(job_dir)
     if not jd.has_checkpoints():
         raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
     last = jd.last_run()
+    config_file = None
     if exp is None:
         if last is None:
             raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
         exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
-    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed)
+        config_file = str(jd.path / "config.json") if last.get("config_file") else None
+    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
         if not checkpointer.all_steps():
             raise UsageError(f"no complete checkpoint in {jd.checkpoints} (a save was "
                              f"interrupted before it finished); run pax train first")
-        state, step = restore_or_init(host, run, checkpointer)
+        state, step = restore_or_init(host, run, checkpointer, step)
     finally:
         checkpointer.close()
     return run, state, step
@@ -168,12 +194,13 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
 
 def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
              job_dir: str, platform: str | None = None,
-             distributed: DistributedOptions | None = None
+             distributed: DistributedOptions | None = None, step: int | None = None
              ) -> tuple[int, dict[str, dict[str, float]]]:
-    """Evaluate the latest checkpoint in ``job_dir``; returns (step, metrics per dataset)."""
+    """Evaluate the latest checkpoint in ``job_dir`` (or ``step``); returns (step, metrics per
+    dataset)."""
     run, state, step = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items,
                                       job_dir=job_dir, platform=platform,
-                                      distributed=distributed)
+                                      distributed=distributed, step=step)
     if not run.eval_inputs:
         raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
     return step, Evaluator(run, host).evaluate(state.params)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import os
 import signal
 import time
@@ -63,12 +64,23 @@ def _stop_on_signals(flag: dict[str, int], coordinated: bool):
             signal.signal(s, h)
 
 
+@dataclasses.dataclass(frozen=True)
+class TrainLoopOptions:
+    """What ``pax train``'s own options change in the loop: the peak FLOP/s MFU is measured
+    against (None: the device's), a window of steps to profile, and whether the eval datasets
+    are evaluated during training (Pax's ``--eval_on_test``)."""
+
+    peak_tflops: float | None = None
+    profile_steps: tuple[int, int] | None = None
+    evaluate: bool = True
+
+
 class TrainLoop:
     """Steps, summaries, evals and checkpoints of one invocation of ``pax train``: built (which
     compiles the step) before the train state exists, then ``run_loop`` from that state."""
 
-    def __init__(self, run: Run, checkpointer: Checkpointer, host: PluginHost, *,
-                 peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None):
+    def __init__(self, run: Run, checkpointer: Checkpointer, host: PluginHost,
+                 options: TrainLoopOptions = TrainLoopOptions()):
         # Compiling before the state exists keeps the compiler from competing with an
         # initialisation running in the background for the host's cores.
         self.run, self.checkpointer = run, checkpointer
@@ -80,10 +92,11 @@ class TrainLoop:
         mesh = run.partitioner.mesh
         self.utilisation = Utilisation(
             step_flops(run.task.model, run.batch_spec, self.train_step, mesh.size),
-            device_peak(list(mesh.devices.flat), peak_tflops), mesh.size)
+            device_peak(list(mesh.devices.flat), options.peak_tflops), mesh.size)
         self.evaluator = Evaluator(run, host)
         self.clock = StepClock()
-        self.profile_steps = profile_steps
+        self.profile_steps = options.profile_steps
+        self.evaluates = options.evaluate and bool(run.eval_inputs)
         self._first_step_sec: float | None = None
         self.stop_signal = 0
         # Per-step "loss or gradients not finite" flags not yet read: (step, device scalar);
@@ -142,7 +155,7 @@ class TrainLoop:
         self._log(step, "train", values)
 
     def _evaluate(self, step: int, params: Any) -> None:
-        if not self.run.eval_inputs:
+        if not self.evaluates:
             return
         self._check_anomalies()
         for name, metrics in self.evaluator.evaluate(params).items():

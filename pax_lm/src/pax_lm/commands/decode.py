@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from pax_core import JobDirOpt, PlatformOpt, PluginOpt, SetOpt, UsageError
+from pax_core import JobDirOpt, PlatformOpt, PluginOpt, RestoreStepOpt, SetOpt, UsageError
 
 
 def decode(
@@ -25,14 +25,16 @@ def decode(
                                          "holding this much probability.")] = 1.0,
     seed: Annotated[int, typer.Option(help="Seed for sampling.")] = 0,
     platform: PlatformOpt = None,
+    restore_step: RestoreStepOpt = None,
 ) -> None:
-    """Continue a prompt with the latest checkpoint in --job-dir (KV-cached decoding)."""
+    """Continue a prompt with the latest checkpoint in --job-dir, or the one of
+    --restore-checkpoint-step (KV-cached decoding)."""
     from pax_core import restore_latest
     from pax_lm.decoding import SamplingSettings, generate
 
     settings = SamplingSettings(max_decode_steps, temperature, top_k, top_p, seed)
     run, state, step = restore_latest(ctx.obj, exp=exp, plugin=plugin, set_items=set_items or [],
-                                      job_dir=job_dir, platform=platform)
+                                      job_dir=job_dir, platform=platform, step=restore_step)
     tokenizer = getattr(run.train_input, "tokenizer", None)
     decoder = getattr(run.task.model, "decoder", None)
     if tokenizer is None or decoder is None:
