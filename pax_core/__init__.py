@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Task": "pax_core.config.task",
     "Train": "pax_core.config.task",
     "Learner": "pax_core.config.task",
+    "EarlyStopping": "pax_core.config.task",
     "Job": "pax_core.config.task",
     "Optimizer": "pax_core.config.optimizers",
     "Adam": "pax_core.config.optimizers",

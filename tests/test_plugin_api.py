@@ -24,8 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
 API = [
     "API_VERSION", "Adam", "Backend", "CheckpointSettings", "Checkpointer", "Component",
-    "Constant", "CpuBackend", "DamagedCheckpoint", "ExpOpt", "Experiment", "ExperimentRef",
-    "Input", "Job", "JobDirOpt", "JsonOpt", "Learner", "LinearRampupCosineDecay",
+    "Constant", "CpuBackend", "DamagedCheckpoint", "EarlyStopping", "ExpOpt", "Experiment",
+    "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner", "LinearRampupCosineDecay",
     "LinearRampupExponentialDecay", "Logger", "MlpClassifier", "ModelOutput", "Optimizer",
     "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Reduction", "RestoreStepOpt", "Run",
     "RunError",

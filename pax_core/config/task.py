@@ -7,6 +7,7 @@ Paths follow Pax, so ``--set task.train.num_train_steps=300`` and
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any
 
 from pax_core.config.optimizers import Adam
@@ -42,12 +43,40 @@ class Learner:
 
 
 @dataclasses.dataclass
+class EarlyStopping:
+    """Stop training once an eval metric reaches a target (Pax's ``TARGET_LOG_PPLX``).
+
+    After each eval during training, ``metric`` of the eval dataset ``dataset`` (the first one
+    when empty) is compared with ``target``: at or below it (at or above it with
+    ``higher_is_better``) the run saves that step and ends, exit 0, and the job records it
+    (``JOB_DIR/target_reached.json``), so running the same command again trains no further.
+    """
+
+    metric: str
+    target: float
+    dataset: str = ""
+    higher_is_better: bool = False
+
+    def __post_init__(self):
+        if not math.isfinite(self.target):
+            raise ValueError(f"target must be a finite number, got {self.target}")
+
+    def reached(self, value: float) -> bool:
+        return value >= self.target if self.higher_is_better else value <= self.target
+
+    def describe(self, value: float) -> str:
+        """``eval/test log_pplx 2.68 <= 2.69``."""
+        sign = ">=" if self.higher_is_better else "<="
+        return f"eval/{self.dataset} {self.metric} {value:.4g} {sign} {self.target:.4g}"
+
+
+@dataclasses.dataclass
 class Train:
     """The schedule of a run (Pax's ``SingleTask.Train`` defaults).
 
     ``on_damaged_checkpoint``: a newest checkpoint whose files fail their checksums or do not
     restore is set aside and the one before it restored (``fallback``), or stops the run
-    (``stop``).
+    (``stop``). ``early_stopping``: an ``EarlyStopping`` that ends the run at its target.
     """
 
     learner: Learner = dataclasses.field(default_factory=Learner)
@@ -59,6 +88,7 @@ class Train:
     max_inflight_steps: int = 2
     random_seed: int = 1234
     on_damaged_checkpoint: str = "fallback"
+    early_stopping: Any = None
 
     def __post_init__(self):
         if self.num_train_steps < 0:

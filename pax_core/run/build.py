@@ -151,6 +151,22 @@ def _set_input_position(data: Input, position: dict[str, Any]) -> None:
                                 f"({what})") from e
 
 
+def _check_early_stopping(run_name: str, early: Any, eval_inputs: list[Input]) -> None:
+    """The dataset early stopping watches must be one the run evaluates (the first, when the
+    setting names none)."""
+    if early is None:
+        return
+    names = [d.name for d in eval_inputs]
+    if not names:
+        raise UsageError(f"{run_name}: task.train.early_stopping watches an eval metric, but the "
+                         f"experiment declares no eval datasets")
+    if not early.dataset:
+        early.dataset = names[0]
+    elif early.dataset not in names:
+        raise UsageError(f"{run_name}: task.train.early_stopping.dataset is "
+                         f"{early.dataset!r}, not one of the eval datasets ({', '.join(names)})")
+
+
 def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,
                         num_shards: int) -> None:
     per_shard = train_input.batch_size // num_shards
@@ -179,6 +195,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
         data.shard(jax.process_index(), jax.process_count())
     train_input = next(d for d in job.datasets if d.is_training)
     eval_inputs = [d for d in job.datasets if not d.is_training]
+    _check_early_stopping(resolved.name, job.task.train.early_stopping, eval_inputs)
     learner = job.task.train.learner
     _check_microbatches(resolved.name, train_input, learner.num_microbatches,
                         partitioner.num_batch_shards)

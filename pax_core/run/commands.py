@@ -120,6 +120,13 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                              f"num_train_steps {total}; raise NUM_TRAIN_STEPS (or "
                              f"task.train.num_train_steps) or use another --job-dir "
                              f"(nothing was changed)")
+        reached = jd.target_reached(run.task.train.early_stopping, step)
+        if reached:
+            if primary:
+                print(f"{run.resolved.name}: reached its target at step {step} ({reached}) in an "
+                      f"earlier run; nothing to train (change task.train.early_stopping, or "
+                      f"remove {jd.target_file}, to train on)")
+            return "completed", step, 0
         config_text = _config_text(run.resolved, host)
         if primary:
             changed = jd.changed_settings(config_text) if step else []
@@ -135,6 +142,10 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
         try:
             _, step, status = loop.run_loop(state, info, loggers, config_text)
+            if loop.target_reached is not None and primary:
+                jd.record_target(run.task.train.early_stopping, *loop.target_reached)
+                print(f"{run.resolved.name}: reached its target at step {step} "
+                      f"({loop.target_reached[1]}); training stopped early")
         finally:
             loggers.close()
             notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)

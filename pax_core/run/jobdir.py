@@ -156,6 +156,30 @@ class JobDir:
         finally:
             os.close(fd)  # closing releases the lock
 
+    @property
+    def target_file(self) -> Path:
+        return self.path / "target_reached.json"
+
+    def record_target(self, early: Any, step: int, reached: str) -> None:
+        """Note that the run reached its early-stopping target at ``step``."""
+        write_atomic(self.target_file, json.dumps(
+            {"step": step, "reached": reached, "metric": early.metric, "dataset": early.dataset,
+             "target": early.target, "higher_is_better": early.higher_is_better}) + "\n")
+
+    def target_reached(self, early: Any, step: int) -> str | None:
+        """What an earlier run reached, when it stopped at ``step`` on the same target; None
+        when there is no such record (or it does not read: the run then trains on)."""
+        if early is None or not self.target_file.exists():
+            return None
+        try:
+            noted = json.loads(self.target_file.read_text(encoding="utf-8"))
+            same = (noted["step"], noted["metric"], noted["dataset"], noted["target"],
+                    noted["higher_is_better"]) == (step, early.metric, early.dataset,
+                                                   early.target, early.higher_is_better)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        return noted.get("reached", "its target") if same else None
+
     def record(self, *, experiment: str, overrides: list[str], config_json: str,
                config_text: str, plugins: dict[str, str], extra: dict[str, Any] | None = None
                ) -> None:

@@ -99,6 +99,7 @@ class TrainLoop:
         self.evaluates = options.evaluate and bool(run.eval_inputs)
         self._first_step_sec: float | None = None
         self.stop_signal = 0
+        self.target_reached: tuple[int, str] | None = None
         # Per-step "loss or gradients not finite" flags not yet read: (step, device scalar);
         # and how many steps were skipped since the last summary.
         self._anomalies: list[tuple[int, jax.Array]] = []
@@ -154,12 +155,30 @@ class TrainLoop:
             values["first_step_sec"], self._first_step_sec = self._first_step_sec, None
         self._log(step, "train", values)
 
-    def _evaluate(self, step: int, params: Any) -> None:
+    def _evaluate(self, step: int, params: Any) -> dict[str, dict[str, float]]:
         if not self.evaluates:
-            return
+            return {}
         self._check_anomalies()
-        for name, metrics in self.evaluator.evaluate(params).items():
+        results = self.evaluator.evaluate(params)
+        for name, metrics in results.items():
             self._log(step, f"eval/{name}", metrics)
+        return results
+
+    def _check_target(self, step: int, results: dict[str, dict[str, float]]) -> bool:
+        """Whether the eval ``results`` reach the early-stopping target (noted in
+        ``self.target_reached``: the step and what was reached)."""
+        early = self.settings.early_stopping
+        if early is None or not results:
+            return False
+        metrics = results[early.dataset]
+        if early.metric not in metrics:
+            raise RunError(f"task.train.early_stopping watches {early.metric} of eval/"
+                           f"{early.dataset}, which its eval does not report (it reports "
+                           f"{', '.join(sorted(metrics))}); set early_stopping.metric to one "
+                           f"of them")
+        if early.reached(metrics[early.metric]):
+            self.target_reached = (step, early.describe(metrics[early.metric]))
+        return self.target_reached is not None
 
     def _checkpointer(self, method: str, *args: Any) -> Any:
         """A call of the checkpointer; its failures are reported against it (a storage failure
@@ -222,7 +241,7 @@ class TrainLoop:
             self.stop_signal = flag["stop"]
             status = "interrupted" if self.stop_signal else "completed"
             self._save(step, state)
-            if status == "completed":
+            if status == "completed" and self.target_reached is None:
                 self._evaluate(step, state.params)
             self._checkpointer("wait")
         self._announce_committed()
@@ -254,8 +273,10 @@ class TrainLoop:
                 self._summarise(step, metrics)
             clock.charge("step")
             if step % settings.eval_interval_steps == 0 and step < total:
-                self._evaluate(step, state.params)
+                reached = self._check_target(step, self._evaluate(step, state.params))
                 clock.charge("eval")
+                if reached:  # run_loop saves this step
+                    break
             if self.checkpointer.should_save(step):
                 self._save(step, state)
             self._checkpointer("check")

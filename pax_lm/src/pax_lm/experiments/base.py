@@ -14,6 +14,7 @@ import fiddle as fdl
 from pax_core import (
     Adam,
     Constant,
+    EarlyStopping,
     Experiment,
     Learner,
     LinearRampupCosineDecay,
@@ -86,6 +87,7 @@ class TransformerLmExperiment(Experiment):
     NUM_TRAIN_STEPS = 10_000_000
     CHECKPOINT_EVERY_N_STEPS = 5000
     CHECKPOINT_MAX_TO_KEEP = 10
+    TARGET_LOG_PPLX: float | None = None  # stop once eval log-perplexity is at or below it
     SUMMARY_INTERVAL_STEPS = 100
     EVAL_INTERVAL_STEPS = 100
     PERCORE_BATCH_SIZE: float = 16
@@ -191,6 +193,9 @@ class TransformerLmExperiment(Experiment):
                 save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
                 summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
                 eval_interval_steps=self.EVAL_INTERVAL_STEPS,
+                early_stopping=(fdl.Config(EarlyStopping, metric="log_pplx",
+                                           target=self.TARGET_LOG_PPLX)
+                                if self.TARGET_LOG_PPLX is not None else None),
             ),
         )
 

@@ -126,8 +126,8 @@ class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
 class C4SpmdGpt3AdamOrgHP(C4SpmdAdam):
     """GPT-3 175B with its original hyper-parameters (not registered itself).
 
-    Pax stops these runs early once eval log-perplexity reaches 2.69 (``TARGET_LOG_PPLX``); the
-    loop does not implement early stopping yet, so the value is recorded but not acted on.
+    As in Pax, these runs stop early once eval log-perplexity reaches 2.69 (``TARGET_LOG_PPLX``,
+    ``task.train.early_stopping``).
     """
 
     VOCAB_SIZE = 50257
