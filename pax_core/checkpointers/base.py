@@ -18,9 +18,15 @@ from pax_core.errors import UsageError
 
 @dataclasses.dataclass(frozen=True)
 class CheckpointSettings:
+    """When to save and what to keep: every ``save_interval_steps``, the newest ``max_to_keep``
+    steps, and besides them one every ``keep_interval_steps`` steps and one every
+    ``keep_interval_seconds`` (0: none)."""
+
     save_interval_steps: int
     max_to_keep: int
     async_save: bool = True
+    keep_interval_steps: int = 0
+    keep_interval_seconds: float = 0.0
 
 
 class Checkpointer(abc.ABC):

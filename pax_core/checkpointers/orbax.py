@@ -49,13 +49,23 @@ class OrbaxCheckpointer(Checkpointer):
                 warn(f"removed the unfinished save of step {path.name.split('.')[0]} in "
                      f"{path.parent} (the run that wrote it stopped before it was complete)")
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=settings.max_to_keep,
+            preservation_policy=self._keep(settings),
             enable_async_checkpointing=settings.async_save,
             create=True,
         )
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
         self._identity = self._stat()
+
+    def _keep(self, settings: CheckpointSettings) -> Any:
+        """Orbax's preservation policy: the newest steps, and those kept by interval."""
+        policies = self._ocp.checkpoint_managers
+        keep = [policies.LatestN(n=settings.max_to_keep)]
+        if settings.keep_interval_steps:
+            keep.append(policies.EveryNSteps(interval_steps=settings.keep_interval_steps))
+        if settings.keep_interval_seconds:
+            keep.append(policies.EveryNSeconds(interval_secs=int(settings.keep_interval_seconds)))
+        return policies.AnyPreservationPolicy(keep)
 
     def _stat(self) -> tuple[int, int] | None:
         try:

@@ -178,6 +178,38 @@ def eval_command(
         typer.echo(format_line(step, f"eval/{name}", metrics))
 
 
+def export_command(
+    ctx: typer.Context,
+    job_dir: JobDirOpt,
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="DIR",
+        help="A new directory for params/, config.json and export.json.")],
+    exp: Annotated[str | None, typer.Option("--exp", "-e", metavar="EXPERIMENT",
+                                            help="Experiment; default: the one "
+                                            "recorded in --job-dir.")] = None,
+    plugin: PluginOpt = None,
+    set_items: SetOpt = None,
+    restore_step: RestoreStepOpt = None,
+    platform: PlatformOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Write the parameters of a job's latest checkpoint (or --restore-checkpoint-step), without
+    optimizer state, to a new directory: for serving, or for another framework."""
+    import json
+
+    import jax
+
+    from pax_core.run import export
+
+    record = export.export_params(_host(ctx), job_dir=job_dir, output=output, exp=exp,
+                                  plugin=plugin, set_items=set_items or [], step=restore_step,
+                                  platform=platform)
+    if jax.process_index() == 0:
+        typer.echo(json.dumps(record, indent=1) if as_json else
+                   f"exported step {record['step']} of {record['experiment']} "
+                   f"({record['num_params']} parameters) to {output}")
+
+
 def plan_command(
     ctx: typer.Context,
     exp: ExpOpt,
@@ -267,10 +299,11 @@ def build_app(host: PluginHost) -> typer.Typer:
     app.command("config")(config_command)
     app.command("train")(train_command)
     app.command("eval")(eval_command)
+    app.command("export")(export_command)
     app.command("plan")(plan_command)
     # Everything after the first word of COMMAND is the command's own, options included.
     app.command("launch", context_settings={"allow_interspersed_args": False})(launch_command)
-    builtin = {"plugins", "experiments", "config", "train", "eval", "plan", "launch"}
+    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "plan", "launch"}
     commands = host.components("commands")
     conflicts = commands.conflicts()
     for entry in commands:

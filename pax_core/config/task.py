@@ -14,6 +14,7 @@ from pax_core.config.optimizers import Adam
 
 ANOMALY_ACTIONS = ("stop", "skip")
 DAMAGED_CHECKPOINT_ACTIONS = ("fallback", "stop")
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 @dataclasses.dataclass
@@ -74,6 +75,10 @@ class EarlyStopping:
 class Train:
     """The schedule of a run (Pax's ``SingleTask.Train`` defaults).
 
+    Besides the newest ``save_max_to_keep`` checkpoints, one every
+    ``save_keep_interval_steps`` steps and one every ``save_keep_interval_duration`` (Pax's
+    spelling: ``"12h"``, ``"30m"``, ``"2d"``) are kept (0 / None: none).
+
     ``on_damaged_checkpoint``: a newest checkpoint whose files fail their checksums or do not
     restore is set aside and the one before it restored (``fallback``), or stops the run
     (``stop``). ``early_stopping``: an ``EarlyStopping`` that ends the run at its target.
@@ -83,6 +88,8 @@ class Train:
     num_train_steps: int = 10_000_000
     save_interval_steps: int = 5000
     save_max_to_keep: int = 10
+    save_keep_interval_steps: int = 0
+    save_keep_interval_duration: str | None = None
     summary_interval_steps: int = 100
     eval_interval_steps: int = 100
     max_inflight_steps: int = 2
@@ -97,10 +104,30 @@ class Train:
                      "eval_interval_steps", "max_inflight_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.save_keep_interval_steps < 0:
+            raise ValueError(f"save_keep_interval_steps must be >= 0, got "
+                             f"{self.save_keep_interval_steps}")
+        self.keep_interval_seconds()  # a duration that does not read fails here
         if self.on_damaged_checkpoint not in DAMAGED_CHECKPOINT_ACTIONS:
             raise ValueError(f"on_damaged_checkpoint must be one of "
                              f"{', '.join(DAMAGED_CHECKPOINT_ACTIONS)}, got "
                              f"{self.on_damaged_checkpoint!r}")
+
+
+    def keep_interval_seconds(self) -> float:
+        """``save_keep_interval_duration`` in seconds (0 when unset)."""
+        text = self.save_keep_interval_duration
+        if not text:
+            return 0.0
+        number, unit = text[:-1], text[-1:]
+        try:
+            seconds = float(number) * DURATION_UNITS[unit]
+        except (KeyError, ValueError):
+            raise ValueError(f"save_keep_interval_duration must be a number and a unit (s, m, "
+                             f"h or d), like '12h'; got {text!r}") from None
+        if seconds <= 0:
+            raise ValueError(f"save_keep_interval_duration must be positive, got {text!r}")
+        return seconds
 
 
 @dataclasses.dataclass

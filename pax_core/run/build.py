@@ -69,7 +69,9 @@ class Run:
 
     def make_checkpointer(self, directory: str) -> Checkpointer:
         train = self.task.train
-        settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep)
+        settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep,
+                                      keep_interval_steps=train.save_keep_interval_steps,
+                                      keep_interval_seconds=train.keep_interval_seconds())
         return self.checkpointer.build(directory, settings)
 
     def compile_train_step(self, donate_state: bool | None = None) -> jax.stages.Compiled:

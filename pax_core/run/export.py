@@ -1,0 +1,50 @@
+"""``pax export``: a job's trained parameters alone, for serving or for another framework.
+
+The output directory holds ``params/`` (an Orbax checkpoint of the parameters only: no optimizer
+state, no input position), ``config.json`` (the job's Fiddle config) and ``export.json`` (the
+experiment, the step, the parameter count and where they came from). It is written beside its
+destination (``DIR.partial``, replaced by the next export) and renamed into place, so the
+destination only ever appears complete; an existing one is never overwritten.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from pax_core.errors import UsageError
+from pax_core.files import write_atomic
+from pax_core.run.commands import restore_latest
+from pax_core.run.state import count_params
+
+
+def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = None,
+                  plugin: str | None = None, set_items: list[str] | None = None,
+                  step: int | None = None, platform: str | None = None) -> dict[str, Any]:
+    """Write the parameters of ``job_dir``'s latest checkpoint (or ``step``) to ``output``;
+    returns what ``export.json`` records."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    target = Path(output).expanduser().resolve()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"--output {target} exists; choose a new directory (nothing was "
+                         f"changed)")
+    run, state, restored = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items or [],
+                                          job_dir=job_dir, platform=platform, step=step)
+    record = {"experiment": run.resolved.name, "step": restored,
+              "num_params": count_params(state.params), "job_dir": str(Path(job_dir).resolve())}
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(partial / "params", state.params)
+    if jax.process_index() == 0:
+        write_atomic(partial / "config.json", run.resolved.to_json())
+        write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        partial.rename(target)
+    return record
