@@ -34,9 +34,9 @@ API = [
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
-    "cpu_mesh", "evaluate", "isolated_host", "kill_trials", "pax_host", "plan", "read_metrics",
-    "read_params", "register_plugin", "resolve", "run_pax", "step_flops", "train",
-    "train_losses", "use_cpu_devices", "use_fake_devices",
+    "cpu_mesh", "evaluate", "isolated_host", "kill_and_compare", "kill_trials", "pax_host",
+    "plan", "read_metrics", "read_params", "register_plugin", "resolve", "run_pax",
+    "step_flops", "train", "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
 PLUGIN_SOURCES = ["pax_lm/src", "plugins/pax_transformer/src",
                   "tests/plugins/pax_testplugin/src"]

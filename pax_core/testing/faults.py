@@ -2,12 +2,13 @@
 rerun each time, then finished; and the final train state read back for comparison.
 
 A plugin checks that its model and input resume exactly (the input's position and the random
-keys included) by comparing a killed-and-resumed run with one left alone::
+keys included) by comparing killed-and-resumed runs with runs left alone, on one device and on
+eight::
 
-    trials = kill_trials(["--exp", "myplugin/Tiny"], job_dir, trials=10)
-    assert trials.damaged == [] and trials.finished.returncode == 0
-    assert train_losses(job_dir) == train_losses(straight_job_dir)
-    assert_same_params(read_params(job_dir), read_params(straight_job_dir))
+    kill_and_compare(["--exp", "myplugin/Tiny", "--set", "NUM_TRAIN_STEPS=40", ...], tmp_path,
+                     trials=6, steps=40)
+
+``kill_trials``, ``train_losses``, ``read_params`` and ``assert_same_params`` are its parts.
 """
 
 from __future__ import annotations
@@ -147,3 +148,36 @@ def assert_same_params(got: Mapping[str, Any], want: Mapping[str, Any]) -> None:
         if not np.array_equal(got[name], want[name]) or got[name].dtype != want[name].dtype:
             diff = np.max(np.abs(got[name].astype(np.float64) - want[name].astype(np.float64)))
             raise AssertionError(f"params{name} differ (largest difference {diff})")
+
+
+def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: int,
+                     steps: int, devices: Sequence[int] = (1, 8)) -> dict[int, KillTrials]:
+    """For each device count (run side by side): ``pax train ARGS`` killed ``trials`` times and
+    finished, and the same run left alone; asserts that no rerun met a damaged checkpoint or
+    failed with a traceback, that the killed run logged each of ``steps`` steps once with the
+    same loss, and that both end with the same parameters, bitwise. Returns the trials."""
+    import concurrent.futures
+
+    root = Path(root)
+
+    def chain(count: int) -> KillTrials:
+        env = {"JAX_PLATFORMS": "cpu",
+               "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
+        killed = kill_trials(args, root / f"killed-{count}", trials=trials, seed=count, env=env)
+        straight = kill_trials(args, root / f"straight-{count}", trials=0, env=env)
+        assert straight.finished.returncode == 0, straight.finished.stderr
+        return killed
+
+    with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
+        results = dict(zip(devices, pool.map(chain, devices), strict=True))
+    for count, killed in results.items():
+        assert killed.finished.returncode == 0, killed.finished.stderr
+        assert killed.tracebacks == [], killed.tracebacks[0]
+        assert killed.damaged == [], killed.damaged
+        assert killed.resumed == sorted(killed.resumed), killed.resumed  # nothing committed lost
+        killed_dir, straight_dir = root / f"killed-{count}", root / f"straight-{count}"
+        losses = train_losses(killed_dir)
+        assert sorted(losses) == list(range(1, steps + 1)), count
+        assert losses == train_losses(straight_dir), count
+        assert_same_params(read_params(killed_dir), read_params(straight_dir))
+    return results
