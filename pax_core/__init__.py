@@ -71,6 +71,7 @@ _EXPORTS: dict[str, str] = {
     "JsonOpt": "pax_core.cli.options",
     "PlatformOpt": "pax_core.cli.options",
     "PluginOpt": "pax_core.cli.options",
+    "RecordedExpOpt": "pax_core.cli.options",
     "RestoreStepOpt": "pax_core.cli.options",
     "SetOpt": "pax_core.cli.options",
 }

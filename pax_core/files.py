@@ -55,13 +55,14 @@ def _chain(error: BaseException):
         error = error.__cause__ or error.__context__
 
 
-def storage_failure(error: BaseException, directory: str | os.PathLike | None = None
-                    ) -> tuple[str, str] | None:
+def storage_failure(error: BaseException, directory: str | os.PathLike | None = None,
+                    removed: bool = False) -> tuple[str, str] | None:
     """``(what failed, what to do)`` when ``error`` comes from the storage, else None.
 
     The storage's code is looked for in the chain of ``error``; a library that reports the
     failure in its own words (Orbax, when its directory vanished under a save) gives none, so
-    then ``directory`` is probed by writing a byte to it."""
+    then ``directory`` is probed by writing a byte to it, and a directory the caller knows was
+    ``removed`` (and perhaps made again) is that cause."""
     for link in _chain(error):
         code = link.errno if isinstance(link, OSError) else None
         if code not in REMEDIES:
@@ -71,8 +72,13 @@ def storage_failure(error: BaseException, directory: str | os.PathLike | None = 
             found = _STATUS.search(str(link))
             code = _STATUS_CODES[found.group(1)] if found else None
         if code in REMEDIES:
-            return os.strerror(code), REMEDIES[code]
+            return _told(code)
     code = _probe(Path(directory)) if directory is not None else None
+    return _told(errno.ENOENT if removed and code is None else code)
+
+
+def _told(code: int | None) -> tuple[str, str] | None:
+    """``(what failed, what to do)`` for a storage error code, None for any other."""
     return (os.strerror(code), REMEDIES[code]) if code in REMEDIES else None
 
 
@@ -80,10 +86,7 @@ def _probe(directory: Path) -> int | None:
     """The error code of writing one byte into ``directory``, or None when that works."""
     probe = directory / f".pax-probe-{os.getpid()}"
     try:
-        with open(probe, "wb") as f:
-            f.write(b"\0")
-            f.flush()
-            os.fsync(f.fileno())
+        write_atomic(probe, "\0")
         probe.unlink()
     except OSError as e:
         return e.errno

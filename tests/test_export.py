@@ -54,6 +54,14 @@ def test_an_existing_output_is_never_overwritten(job, tmp_path):
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 
+def test_an_output_that_cannot_be_created_is_one_line(job, tmp_path):
+    (tmp_path / "file").write_text("not a directory")
+    result = run_pax("export", "--job-dir", str(job), "--output", str(tmp_path / "file" / "out"))
+    assert result.returncode == 2
+    assert f"--output {tmp_path / 'file' / 'out'} cannot be created: " in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_a_job_without_checkpoints_is_refused(tmp_path):
     result = run_pax("export", "--job-dir", str(tmp_path / "none"), "--output",
                      str(tmp_path / "out"))

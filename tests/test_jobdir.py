@@ -90,15 +90,19 @@ def test_a_damaged_runs_record_is_named_and_nothing_changes(job, damage, command
 def test_a_record_that_cannot_be_replaced_leaves_the_old_one(job, monkeypatch):
     runs = job / "runs.jsonl"
     before = runs.read_text()
+    replace = os.replace
 
-    def fail(*args):
-        raise OSError(28, "No space left on device")
+    def fail_on_runs(source, target):
+        if Path(target).name == "runs.jsonl":
+            raise OSError(28, "No space left on device")
+        replace(source, target)
 
-    monkeypatch.setattr(os, "replace", fail)
+    monkeypatch.setattr(os, "replace", fail_on_runs)
     with pytest.raises(OSError):
         JobDir(job).record(experiment="core/MlpSynthetic", overrides=[], config_json="{}",
                            config_text="", plugins={})
     assert runs.read_text() == before
+    assert not (job / "runs.jsonl.tmp").exists()
 
 
 def test_metrics_keep_one_record_per_step_after_a_resume(job):

@@ -4,6 +4,7 @@ checkpoint step restored, a config file trained, notices for the flags that no l
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -106,15 +107,7 @@ def test_a_missing_step_is_refused_naming_those_there_are(pax_job):
 @pytest.mark.slow
 def test_training_restarts_from_a_chosen_step_and_sets_the_later_ones_aside(pax_job, tmp_path):
     job = tmp_path / "job"
-    job.mkdir()
-    for part in ("checkpoints", "metrics.jsonl", "runs.jsonl", "config.txt", "config.json"):
-        source = pax_job / part
-        if source.is_dir():
-            import shutil
-
-            shutil.copytree(source, job / part)
-        else:
-            (job / part).write_bytes(source.read_bytes())
+    shutil.copytree(pax_job, job)
     before = train_losses(job)
     result = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(job), "--set",
                      "NUM_TRAIN_STEPS=6", *[f"--set={s[len('--fdl.'):]}" for s in STEPS],

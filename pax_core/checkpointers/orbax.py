@@ -10,7 +10,6 @@ which a failed save never touches; its unfinished folder is removed."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import shutil
 import time
@@ -43,11 +42,7 @@ class OrbaxCheckpointer(Checkpointer):
         self._ocp = ocp
         self._primary = jax.process_index() == 0
         self._unrecorded: list[int] = []
-        if self._primary:
-            for path in self._unfinished():
-                shutil.rmtree(path, ignore_errors=True)
-                warn(f"removed the unfinished save of step {path.name.split('.')[0]} in "
-                     f"{path.parent} (the run that wrote it stopped before it was complete)")
+        self._remove_unfinished(announce=True)
         options = ocp.CheckpointManagerOptions(
             preservation_policy=self._keep(settings),
             enable_async_checkpointing=settings.async_save,
@@ -79,24 +74,27 @@ class OrbaxCheckpointer(Checkpointer):
         Orbax then fails in words of its own, with no code to tell the cause by."""
         return self._stat() != self._identity
 
-    def _unfinished(self) -> list[Path]:
-        """Saves that never completed: never restorable (Orbax would remove them too, with a
-        warning about temporary directories)."""
+    def _remove_unfinished(self, announce: bool) -> None:
+        """Remove the saves that never completed (process 0): never restorable, and Orbax would
+        remove them too, with a warning about temporary directories. ``announce`` says so, one
+        line each: at the start, where a killed run left them."""
         root = Path(self.directory)
-        return sorted(root.glob(f"*{TMP_MARK}*")) if root.is_dir() else []
+        if not self._primary or not root.is_dir():
+            return
+        for path in sorted(root.glob(f"*{TMP_MARK}*")):
+            shutil.rmtree(path, ignore_errors=True)
+            if announce:
+                warn(f"removed the unfinished save of step {path.name.split('.')[0]} in {root} "
+                     f"(the run that wrote it stopped before it was complete)")
 
     def _failed(self, what: str, error: Exception) -> Exception:
         """What to raise for a save that failed: a storage failure as one line (its unfinished
         folder removed, which also gives back the space), anything else as is."""
-        found = storage_failure(error, self.directory)
-        if found is None and self._replaced():
-            found = storage_failure(FileNotFoundError(errno.ENOENT, "removed", self.directory))
+        found = storage_failure(error, self.directory, removed=self._replaced())
         if found is None:
             return error
         cause, remedy = found
-        if self._primary:
-            for path in self._unfinished():
-                shutil.rmtree(path, ignore_errors=True)
+        self._remove_unfinished(announce=False)
         intact = [s for s in self._manager.all_steps() if (Path(self.directory) / str(s)).is_dir()]
         kept = (f"the newest complete checkpoint, step {max(intact)}, is intact" if intact
                 else "no complete checkpoint is left")

@@ -15,6 +15,7 @@ from pax_core.cli.options import (
     PlatformOpt,
     PluginOpt,
     ProcessIdOpt,
+    RecordedExpOpt,
     RestoreStepOpt,
     SetOpt,
 )
@@ -142,9 +143,7 @@ def train_command(
 def eval_command(
     ctx: typer.Context,
     job_dir: JobDirOpt,
-    exp: Annotated[str | None, typer.Option("--exp", "-e", metavar="EXPERIMENT",
-                                            help="Experiment; default: the one "
-                                            "recorded in --job-dir.")] = None,
+    exp: RecordedExpOpt = None,
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
     platform: PlatformOpt = None,
@@ -184,9 +183,7 @@ def export_command(
     output: Annotated[str, typer.Option(
         "--output", "-o", metavar="DIR",
         help="A new directory for params/, config.json and export.json.")],
-    exp: Annotated[str | None, typer.Option("--exp", "-e", metavar="EXPERIMENT",
-                                            help="Experiment; default: the one "
-                                            "recorded in --job-dir.")] = None,
+    exp: RecordedExpOpt = None,
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
     restore_step: RestoreStepOpt = None,

@@ -18,6 +18,9 @@ ExpOpt = Annotated[str, typer.Option(
     "--exp", "-e", metavar="EXPERIMENT",
     help="Experiment: a registered name, plugin/name, a dotted path or suffix (Pax's "
     "tasks.lm.params.…), or module:Class / file.py:Class.")]
+RecordedExpOpt = Annotated[str | None, typer.Option(
+    "--exp", "-e", metavar="EXPERIMENT",
+    help="Experiment; default: the one recorded in --job-dir.")]
 SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", "-s", metavar="KEY=VALUE",
     help="Override an experiment constant (NUM_LAYERS=4) or a config path "

@@ -113,7 +113,6 @@ class Train:
                              f"{', '.join(DAMAGED_CHECKPOINT_ACTIONS)}, got "
                              f"{self.on_damaged_checkpoint!r}")
 
-
     def keep_interval_seconds(self) -> float:
         """``save_keep_interval_duration`` in seconds (0 when unset)."""
         text = self.save_keep_interval_duration

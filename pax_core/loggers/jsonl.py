@@ -66,7 +66,8 @@ class JsonlLogger(Logger):
             return
         with open(self._path, encoding="utf-8", errors="replace") as f:
             lines = f.read().splitlines()
-        kept = [line for line in lines if _step_of(line) is not None and _step_of(line) <= step]
+        kept = [line for line, at in zip(lines, map(_step_of, lines), strict=True)
+                if at is not None and at <= step]
         if len(kept) < len(lines):
             write_atomic(Path(self._path), "".join(line + "\n" for line in kept))
 

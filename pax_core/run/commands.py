@@ -112,14 +112,14 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
     try:
         loop = TrainLoop(run, checkpointer, host, options)
         state, step = restore_or_init(host, run, checkpointer, restore_step)
-        if restore_step is not None:
-            _roll_back(checkpointer, restore_step)
         total = run.task.train.num_train_steps
         if step > total:
             raise UsageError(f"the checkpoint in {jd.checkpoints} is at step {step}, past "
                              f"num_train_steps {total}; raise NUM_TRAIN_STEPS (or "
                              f"task.train.num_train_steps) or use another --job-dir "
                              f"(nothing was changed)")
+        if restore_step is not None:
+            _roll_back(checkpointer, restore_step)
         reached = jd.target_reached(run.task.train.early_stopping, step)
         if reached:
             if primary:

@@ -14,8 +14,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
-from pax_core.files import write_atomic
+from pax_core.errors import RunError, UsageError
+from pax_core.files import storage_failure, write_atomic
 from pax_core.run.commands import restore_latest
 from pax_core.run.state import count_params
 
@@ -38,13 +38,25 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
               "num_params": count_params(state.params), "job_dir": str(Path(job_dir).resolve())}
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
-    with ocp.StandardCheckpointer() as checkpointer:
-        checkpointer.save(partial / "params", state.params)
-    if jax.process_index() == 0:
-        write_atomic(partial / "config.json", run.resolved.to_json())
-        write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")
-        if target.exists():
-            target.rmdir()  # empty, checked above
-        partial.rename(target)
+    try:
+        partial.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
+                         f"directory (nothing was changed)") from None
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            checkpointer.save(partial / "params", state.params)
+        if jax.process_index() == 0:
+            write_atomic(partial / "config.json", run.resolved.to_json())
+            write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")
+            if target.exists():
+                target.rmdir()  # empty, checked above
+            partial.rename(target)
+    except Exception as e:
+        found = storage_failure(e, partial.parent)
+        if found is None:
+            raise
+        shutil.rmtree(partial, ignore_errors=True)
+        raise RunError(f"--output {target} could not be written ({found[0]}): {found[1]}, then "
+                       f"export again (the job is as it was)") from e
     return record

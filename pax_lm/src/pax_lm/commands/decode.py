@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from pax_core import JobDirOpt, PlatformOpt, PluginOpt, RestoreStepOpt, SetOpt, UsageError
+from pax_core import (
+    JobDirOpt,
+    PlatformOpt,
+    PluginOpt,
+    RecordedExpOpt,
+    RestoreStepOpt,
+    SetOpt,
+    UsageError,
+)
 
 
 def decode(
@@ -14,9 +22,7 @@ def decode(
     job_dir: JobDirOpt,
     prompt: Annotated[str, typer.Option("--prompt", help="Text to continue.")],
     plugin: PluginOpt = None,
-    exp: Annotated[str | None, typer.Option(
-        "--exp", "-e", metavar="EXPERIMENT",
-        help="Experiment; default: the one recorded in --job-dir.")] = None,
+    exp: RecordedExpOpt = None,
     set_items: SetOpt = None,
     max_decode_steps: Annotated[int, typer.Option(help="Most tokens to generate.")] = 128,
     temperature: Annotated[float, typer.Option(help="0 is greedy; higher is more random.")] = 0.0,
