@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.1.0"
+API_VERSION = "1.2.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -39,6 +39,8 @@ _EXPORTS: dict[str, str] = {
     "Job": "pax_core.config.task",
     "Optimizer": "pax_core.config.optimizers",
     "Adam": "pax_core.config.optimizers",
+    "Adafactor": "pax_core.config.optimizers",
+    "Lion": "pax_core.config.optimizers",
     "Sgd": "pax_core.config.optimizers",
     "Constant": "pax_core.config.schedules",
     "LinearRampupExponentialDecay": "pax_core.config.schedules",

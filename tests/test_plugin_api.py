@@ -23,14 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 # The public surface. Changing it is a decision: a new name is a minor version of API_VERSION,
 # a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
 API = [
-    "API_VERSION", "Adam", "Backend", "CheckpointSettings", "Checkpointer", "Component",
-    "Constant", "CpuBackend", "DamagedCheckpoint", "EarlyStopping", "ExpOpt", "Experiment",
-    "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner", "LinearRampupCosineDecay",
-    "LinearRampupExponentialDecay", "Logger", "MlpClassifier", "ModelOutput", "Optimizer",
-    "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "RecordedExpOpt", "Reduction",
-    "RestoreStepOpt", "Run",
-    "RunError",
-    "RunInfo", "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
+    "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
+    "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "EarlyStopping", "ExpOpt",
+    "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner",
+    "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Lion", "Logger",
+    "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
+    "PluginOpt", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError", "RunInfo",
+    "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
     "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]
 TESTING_API = [

@@ -82,6 +82,10 @@ class Train:
     ``on_damaged_checkpoint``: a newest checkpoint whose files fail their checksums or do not
     restore is set aside and the one before it restored (``fallback``), or stops the run
     (``stop``). ``early_stopping``: an ``EarlyStopping`` that ends the run at its target.
+
+    ``eval_use_ema_states``: evaluate (during training and in ``pax eval``), decode and export
+    the moving average of the parameters (the optimizer's ``ema_decay``) instead of the
+    parameters themselves.
     """
 
     learner: Learner = dataclasses.field(default_factory=Learner)
@@ -96,6 +100,7 @@ class Train:
     random_seed: int = 1234
     on_damaged_checkpoint: str = "fallback"
     early_stopping: Any = None
+    eval_use_ema_states: bool = False
 
     def __post_init__(self):
         if self.num_train_steps < 0:

@@ -23,7 +23,7 @@ from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.records import Registered
 from pax_core.run.runtime import donates_train_state
-from pax_core.run.state import TrainState, logical_axes, make_init_fn
+from pax_core.run.state import TrainState, ema_params, logical_axes, make_init_fn
 from pax_core.run.steps import make_train_step
 
 
@@ -66,6 +66,11 @@ class Run:
     def batch_shardings(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Shardings for a batch of arrays or ``ShapeDtypeStruct``s."""
         return {k: self.partitioner.batch_sharding(len(v.shape)) for k, v in batch.items()}
+
+    def eval_params(self, state: TrainState) -> Any:
+        """The parameters the job evaluates, decodes and exports: the optimizer's moving
+        average with ``task.train.eval_use_ema_states``, else the trained ones."""
+        return ema_params(state) if self.task.train.eval_use_ema_states else state.params
 
     def make_checkpointer(self, directory: str) -> Checkpointer:
         train = self.task.train
@@ -169,6 +174,13 @@ def _check_early_stopping(run_name: str, early: Any, eval_inputs: list[Input]) -
                          f"{early.dataset!r}, not one of the eval datasets ({', '.join(names)})")
 
 
+def _check_ema(run_name: str, train: Any) -> None:
+    if train.eval_use_ema_states and not train.learner.optimizer.ema_decay:
+        raise UsageError(f"{run_name}: task.train.eval_use_ema_states evaluates the moving "
+                         f"average of the parameters, but the optimizer keeps none; set "
+                         f"task.train.learner.optimizer.ema_decay (e.g. 0.9999)")
+
+
 def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,
                         num_shards: int) -> None:
     per_shard = train_input.batch_size // num_shards
@@ -198,6 +210,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     train_input = next(d for d in job.datasets if d.is_training)
     eval_inputs = [d for d in job.datasets if not d.is_training]
     _check_early_stopping(resolved.name, job.task.train.early_stopping, eval_inputs)
+    _check_ema(resolved.name, job.task.train)
     learner = job.task.train.learner
     _check_microbatches(resolved.name, train_input, learner.num_microbatches,
                         partitioner.num_batch_shards)

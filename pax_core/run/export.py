@@ -1,10 +1,11 @@
 """``pax export``: a job's trained parameters alone, for serving or for another framework.
 
-The output directory holds ``params/`` (an Orbax checkpoint of the parameters only: no optimizer
-state, no input position), ``config.json`` (the job's Fiddle config) and ``export.json`` (the
-experiment, the step, the parameter count and where they came from). It is written beside its
-destination (``DIR.partial``, replaced by the next export) and renamed into place, so the
-destination only ever appears complete; an existing one is never overwritten.
+The output directory holds ``params/`` (an Orbax checkpoint of the parameters only: no
+optimizer state, no input position; the moving average when the job evaluates it,
+``task.train.eval_use_ema_states``), ``config.json`` (the job's Fiddle config) and
+``export.json`` (the experiment, the step, the parameter count and where they came from). It
+is written beside its destination (``DIR.partial``, replaced by the next export) and renamed
+into place, so the destination only ever appears complete; an existing one is never overwritten.
 """
 
 from __future__ import annotations
@@ -34,8 +35,10 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
                          f"changed)")
     run, state, restored = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items or [],
                                           job_dir=job_dir, platform=platform, step=step)
+    params = run.eval_params(state)
     record = {"experiment": run.resolved.name, "step": restored,
-              "num_params": count_params(state.params), "job_dir": str(Path(job_dir).resolve())}
+              "num_params": count_params(params), "ema": run.task.train.eval_use_ema_states,
+              "job_dir": str(Path(job_dir).resolve())}
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:
@@ -45,7 +48,7 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
                          f"directory (nothing was changed)") from None
     try:
         with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.save(partial / "params", state.params)
+            checkpointer.save(partial / "params", params)
         if jax.process_index() == 0:
             write_atomic(partial / "config.json", run.resolved.to_json())
             write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")

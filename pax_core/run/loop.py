@@ -155,11 +155,11 @@ class TrainLoop:
             values["first_step_sec"], self._first_step_sec = self._first_step_sec, None
         self._log(step, "train", values)
 
-    def _evaluate(self, step: int, params: Any) -> dict[str, dict[str, float]]:
+    def _evaluate(self, step: int, state: TrainState) -> dict[str, dict[str, float]]:
         if not self.evaluates:
             return {}
         self._check_anomalies()
-        results = self.evaluator.evaluate(params)
+        results = self.evaluator.evaluate(self.run.eval_params(state))
         for name, metrics in results.items():
             self._log(step, f"eval/{name}", metrics)
         return results
@@ -242,7 +242,7 @@ class TrainLoop:
             status = "interrupted" if self.stop_signal else "completed"
             self._save(step, state)
             if status == "completed" and self.target_reached is None:
-                self._evaluate(step, state.params)
+                self._evaluate(step, state)
             self._checkpointer("wait")
         self._announce_committed()
         return state, step, status
@@ -273,7 +273,7 @@ class TrainLoop:
                 self._summarise(step, metrics)
             clock.charge("step")
             if step % settings.eval_interval_steps == 0 and step < total:
-                reached = self._check_target(step, self._evaluate(step, state.params))
+                reached = self._check_target(step, self._evaluate(step, state))
                 clock.charge("eval")
                 if reached:  # run_loop saves this step
                     break

@@ -10,6 +10,9 @@ import jax
 import jax.numpy as jnp
 import optax
 from flax import struct
+from jax.sharding import PartitionSpec
+
+from pax_core.config.transforms import EmaState
 
 
 @struct.dataclass
@@ -29,9 +32,10 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
 
     It takes only a seed (the batch is zeros made inside) so that it can run under ``jax.jit``
     with output shardings: every device creates just its own shard of the parameters, and the
-    model is never materialised whole on one device. With ``boxed`` the parameters (and the
-    optimizer state that mirrors them) keep Flax's logical-axis boxes, which is how a
-    partitioner learns each weight's logical axis names (``jax.eval_shape`` of it, never run).
+    model is never materialised whole on one device. With ``boxed`` the parameters keep
+    Flax's logical-axis boxes, which is how a partitioner learns each weight's logical axis
+    names (``jax.eval_shape`` of it, never run); the optimizer always sees plain arrays, since
+    its state need not have the parameters' shapes (Adafactor's factored moments).
     """
 
     def init(seed: jax.Array) -> TrainState:
@@ -39,16 +43,52 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
         params_rng, dropout_rng, state_rng = jax.random.split(rng, 3)
         batch = {k: jnp.zeros(s.shape, s.dtype) for k, s in batch_spec.items()}
         variables = model.init({"params": params_rng, "dropout": dropout_rng}, batch, train=False)
-        params = variables["params"] if boxed else nn.meta.unbox(variables["params"])
-        return TrainState(params, tx.init(params), jnp.zeros((), jnp.int32), state_rng)
+        params = nn.meta.unbox(variables["params"])
+        opt_state = tx.init(params)
+        return TrainState(variables["params"] if boxed else params, opt_state,
+                          jnp.zeros((), jnp.int32), state_rng)
 
     return init
 
 
-def logical_axes(abstract_boxed_state: TrainState) -> Any:
-    """Per leaf of the state, a ``PartitionSpec`` of logical axis names (empty for leaves the
-    model did not name, such as the step counter)."""
-    return nn.get_partition_spec(abstract_boxed_state)
+def logical_axes(abstract_boxed_state: TrainState) -> TrainState:
+    """Per leaf of the state, a ``PartitionSpec`` of logical axis names: the model's names for
+    the parameters, the same names for every optimizer-state leaf of its parameter's shape
+    (Adam's moments, an EMA), and none (replicated) for the rest: counters, and the factored
+    moments of Adafactor, which are vectors a small fraction of their parameter's size."""
+    boxed = abstract_boxed_state
+    params = nn.meta.unbox(boxed.params)
+    param_axes = nn.get_partition_spec(boxed.params)
+    return TrainState(param_axes, _mirrored_axes(boxed.opt_state, params, param_axes),
+                      PartitionSpec(), PartitionSpec())
+
+
+def _mirrored_axes(opt_state: Any, params: Any, param_axes: Any) -> Any:
+    structure = jax.tree.structure(params)
+    flat_params = structure.flatten_up_to(params)
+    flat_axes = jax.tree.leaves(param_axes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+
+    def like_params(node: Any) -> bool:
+        return jax.tree.structure(node) == structure
+
+    def axes_of(node: Any) -> Any:
+        if not like_params(node):
+            return PartitionSpec()
+        return structure.unflatten([
+            axes if leaf.shape == param.shape else PartitionSpec()
+            for leaf, param, axes in zip(structure.flatten_up_to(node), flat_params, flat_axes,
+                                         strict=True)])
+
+    return jax.tree.map(axes_of, opt_state, is_leaf=like_params)
+
+
+def ema_params(state: TrainState) -> Any:
+    """The exponential moving average of the parameters that the optimizer keeps when its
+    ``ema_decay`` is set; None without one."""
+    found = [node for node in jax.tree.leaves(state.opt_state,
+                                              is_leaf=lambda x: isinstance(x, EmaState))
+             if isinstance(node, EmaState)]
+    return found[0].ema if found else None
 
 
 def count_params(params: Any) -> int:

@@ -48,7 +48,7 @@ def decode(
                          f"a decoder and an input with a tokenizer)")
     # Training saw every document as [bos, text, eos]: a prompt starts a document the same way.
     prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
-    tokens = generate(decoder, state.params["decoder"], prompt_ids, settings,
+    tokens = generate(decoder, run.eval_params(state)["decoder"], prompt_ids, settings,
                       eos_id=tokenizer.eos_id)
     import jax
 

@@ -12,6 +12,7 @@ import math
 import fiddle as fdl
 
 from pax_core import (
+    Adafactor,
     Adam,
     Constant,
     EarlyStopping,
@@ -170,8 +171,9 @@ class TransformerLmExperiment(Experiment):
         raise ValueError(f"LR_SCHEDULE {self.LR_SCHEDULE!r} is not one of "
                          f"linear_rampup_exponential_decay, linear_rampup_cosine_decay, constant")
 
-    def task(self) -> fdl.Config[Task]:
-        optimizer = fdl.Config(
+    def optimizer(self) -> fdl.Config:
+        """Pax's ``set_default_adam``; ``TransformerLmSpmdAdafactor`` has Pax's Adafactor."""
+        return fdl.Config(
             Adam,
             learning_rate=self.LEARNING_RATE,
             lr_schedule=self.lr_schedule(),
@@ -182,12 +184,14 @@ class TransformerLmExperiment(Experiment):
             weight_decay=self.WEIGHT_DECAY,
             clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
         )
+
+    def task(self) -> fdl.Config[Task]:
         return fdl.Config(
             Task,
             model=fdl.Config(LanguageModel, decoder=self.decoder()),
             train=fdl.Config(
                 Train,
-                learner=fdl.Config(Learner, optimizer=optimizer),
+                learner=fdl.Config(Learner, optimizer=self.optimizer()),
                 num_train_steps=self.NUM_TRAIN_STEPS,
                 save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
                 save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
@@ -227,3 +231,33 @@ class PipelinedExperiment:
     NUM_MICROBATCHES: int | None = None
     CIRCULAR_REPEAT = 1
     STREAM_IO = False
+
+
+class TransformerLmSpmdAdafactor(TransformerLmExperiment):
+    """Pax's model mixin with its own optimizer: ``ShardedAdafactor`` (decay_method adam,
+    decay 0.99, beta1 0.9) at 2.5e-4, the learning rate decaying until step 100000.
+    Combine it with a dataset mixin, e.g. ``class MyLm(SyntheticDataset,
+    TransformerLmSpmdAdafactor)``."""
+
+    ADAFACTOR_DECAY_METHOD = "adam"
+    ADAFACTOR_DECAY_ADAM = 0.99
+    ADAFACTOR_DECAY_POW = 0.8
+    ADAFACTOR_BETA1 = 0.9
+    ADAFACTOR_CLIPPING_THRESHOLD = 1.0
+    ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE = False
+    LR_LRED_DECAY_END = 100000
+
+    def optimizer(self) -> fdl.Config:
+        return fdl.Config(
+            Adafactor,
+            learning_rate=self.LEARNING_RATE,
+            lr_schedule=self.lr_schedule(),
+            decay_method=self.ADAFACTOR_DECAY_METHOD,
+            decay_adam=self.ADAFACTOR_DECAY_ADAM,
+            decay_pow=self.ADAFACTOR_DECAY_POW,
+            beta1=self.ADAFACTOR_BETA1,
+            clipping_threshold=self.ADAFACTOR_CLIPPING_THRESHOLD,
+            multiply_by_parameter_scale=self.ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE,
+            weight_decay=self.WEIGHT_DECAY,
+            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
+        )
