@@ -1,4 +1,11 @@
-"""The job directory's storage: files replaced whole, and its failures told in one line.
+"""The job directory's storage: local or ``gs://``, files replaced whole, and its failures told
+in one line.
+
+A ``gs://`` job directory goes through ``etils.epath`` (with gcsfs), the path layer Orbax itself
+uses, while TensorStore writes the arrays with its own GCS driver; a local one is a
+``pathlib.Path``. Both answer the same methods, so the code above this module does not ask
+which it has, except where the two storages differ (``is_remote``): an object store has no
+rename, append or lock, and an object appears whole once written.
 
 A full disk, a read-only mount or a directory removed under a running job surface as an
 ``OSError`` from Python, or as a TensorStore error that carries the operating system's code in
@@ -12,7 +19,11 @@ import contextlib
 import errno
 import os
 import re
+import shutil
 from pathlib import Path
+from typing import Any
+
+from pax_core.errors import UsageError
 
 # What a user does about each failure the storage can have.
 REMEDIES = {
@@ -31,9 +42,50 @@ _STATUS_CODES = {"NOT_FOUND": errno.ENOENT, "PERMISSION_DENIED": errno.EACCES,
                  "RESOURCE_EXHAUSTED": errno.ENOSPC}
 
 
-def write_atomic(path: Path, text: str) -> None:
+REMOTE = ("gs",)
+# GCS's rule for bucket names (TensorStore refuses others, at the first save).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+
+
+def job_path(text: str | os.PathLike) -> Any:
+    """A local path (absolute), or a ``gs://bucket/...`` one as an ``epath.Path``; any other
+    ``scheme://`` is a ``UsageError`` (a local folder named ``s3:`` is never made)."""
+    text = os.fspath(text)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        return Path(text).expanduser().resolve()
+    if scheme not in REMOTE:
+        raise UsageError(f"{text}: {scheme}:// is not a storage Pax can keep a job in (Orbax "
+                         f"writes checkpoints to local paths and gs://); use a gs:// or local "
+                         f"path")
+    bucket = rest.split("/", 1)[0]
+    if not bucket:
+        raise UsageError(f"{text} names no bucket; use gs://BUCKET/PATH")
+    if not _BUCKET.match(bucket):
+        raise UsageError(f"{text}: {bucket!r} is not a GCS bucket name (3 to 63 lowercase "
+                         f"letters, digits, dots, dashes or underscores, starting and ending "
+                         f"with a letter or digit)")
+    try:
+        import gcsfs  # noqa: F401  (epath's gs:// backend without TensorFlow)
+        from etils import epath
+    except ImportError:
+        raise UsageError(f"{text}: gs:// job directories need gcsfs: pip install "
+                         f"'pax-core[gcs]'") from None
+    return epath.Path(text)
+
+
+def is_remote(path: Any) -> bool:
+    """Whether ``path`` is in an object store (``gs://``) rather than a file system."""
+    return os.fspath(path).partition("://")[1] != ""
+
+
+def write_atomic(path: Any, text: str) -> None:
     """Replace ``path`` with ``text`` in one step: readers (and a rerun after a crash) see the
-    old content or the new, never a part."""
+    old content or the new, never a part. An object in a bucket is replaced whole by one
+    upload; a file is written beside and renamed."""
+    if is_remote(path):
+        path.write_text(text)
+        return
     tmp = path.with_name(path.name + ".tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
@@ -45,6 +97,29 @@ def write_atomic(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+def read_text(path: Any) -> str:
+    """A text file's content, undecodable bytes replaced (a damaged file is still read)."""
+    return path.read_bytes().decode("utf-8", errors="replace")
+
+
+def remove_tree(path: Any) -> None:
+    """Remove a directory and all under it, as far as it goes."""
+    if is_remote(path):
+        with contextlib.suppress(OSError):
+            path.rmtree(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def move(source: Any, target: Any) -> None:
+    """Move a directory (in a bucket: copy, then delete)."""
+    if is_remote(source):
+        source.rename(target)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source), str(target))
 
 
 def _chain(error: BaseException):
@@ -73,7 +148,7 @@ def storage_failure(error: BaseException, directory: str | os.PathLike | None = 
             code = _STATUS_CODES[found.group(1)] if found else None
         if code in REMEDIES:
             return _told(code)
-    code = _probe(Path(directory)) if directory is not None else None
+    code = _probe(job_path(directory)) if directory is not None else None
     return _told(errno.ENOENT if removed and code is None else code)
 
 
@@ -82,7 +157,7 @@ def _told(code: int | None) -> tuple[str, str] | None:
     return (os.strerror(code), REMEDIES[code]) if code in REMEDIES else None
 
 
-def _probe(directory: Path) -> int | None:
+def _probe(directory: Any) -> int | None:
     """The error code of writing one byte into ``directory``, or None when that works."""
     probe = directory / f".pax-probe-{os.getpid()}"
     try:

@@ -1,5 +1,6 @@
 """The built-in checkpointer: Orbax writes each step into a temporary directory and renames it
-when complete, so an interrupted save never leaves a half-written step behind. Each committed
+when complete (in a ``gs://`` bucket, which cannot rename, it writes ``commit_success.txt``
+last), so an interrupted save never passes for a complete step. Each committed
 step also gets a checksum record (``pax_core.checkpointers.integrity``), verified before it is
 restored; the unfinished save a killed run left behind is removed at the next start.
 
@@ -11,19 +12,27 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import time
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from pax_core.checkpointers import integrity
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, check_params_match
 from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.errors import RunError, warn
-from pax_core.files import storage_failure
+from pax_core.files import is_remote, job_path, move, remove_tree, storage_failure
 
 TMP_MARK = ".orbax-checkpoint-tmp"
+COMMITTED = "commit_success.txt"  # Orbax's mark of a complete step in a bucket
+
+
+def _unfinished(root: Any) -> Iterator[Any]:
+    """The saves under ``root`` that never completed: Orbax's temporary folders, and in a
+    bucket the step folders without their commit mark."""
+    yield from root.glob(f"*{TMP_MARK}*")
+    if is_remote(root):
+        yield from (path for path in root.iterdir()
+                    if path.name.isdigit() and not (path / COMMITTED).exists())
 
 
 def _first_line(error: BaseException) -> str:
@@ -78,11 +87,11 @@ class OrbaxCheckpointer(Checkpointer):
         """Remove the saves that never completed (process 0): never restorable, and Orbax would
         remove them too, with a warning about temporary directories. ``announce`` says so, one
         line each: at the start, where a killed run left them."""
-        root = Path(self.directory)
+        root = job_path(self.directory)
         if not self._primary or not root.is_dir():
             return
-        for path in sorted(root.glob(f"*{TMP_MARK}*")):
-            shutil.rmtree(path, ignore_errors=True)
+        for path in sorted(_unfinished(root)):
+            remove_tree(path)
             if announce:
                 warn(f"removed the unfinished save of step {path.name.split('.')[0]} in {root} "
                      f"(the run that wrote it stopped before it was complete)")
@@ -95,7 +104,8 @@ class OrbaxCheckpointer(Checkpointer):
             return error
         cause, remedy = found
         self._remove_unfinished(announce=False)
-        intact = [s for s in self._manager.all_steps() if (Path(self.directory) / str(s)).is_dir()]
+        root = job_path(self.directory)
+        intact = [s for s in self._manager.all_steps() if (root / str(s)).is_dir()]
         kept = (f"the newest complete checkpoint, step {max(intact)}, is intact" if intact
                 else "no complete checkpoint is left")
         return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
@@ -122,10 +132,10 @@ class OrbaxCheckpointer(Checkpointer):
         return sorted(self._manager.all_steps())
 
     def set_aside(self, step: int, why: str = "damaged") -> str:
-        target = Path(self.directory).parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
+        root = job_path(self.directory)
+        target = root.parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
         if self._primary:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.move(str(Path(self.directory) / str(step)), str(target))
+            move(root / str(step), target)
         self._manager.reload()
         return str(target)
 
@@ -148,11 +158,11 @@ class OrbaxCheckpointer(Checkpointer):
         if self._primary:
             for step in self._unrecorded:
                 self._guarded(f"the checksums of checkpoint step {step}",
-                              lambda s=step: integrity.record(Path(self.directory) / str(s)))
+                              lambda s=step: integrity.record(job_path(self.directory) / str(s)))
         self._unrecorded = []
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
-        integrity.verify(Path(self.directory) / str(step))
+        integrity.verify(job_path(self.directory) / str(step))
         try:
             saved = self._manager.item_metadata(step)["state"].tree
         except Exception as e:

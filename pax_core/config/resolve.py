@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
-from pathlib import Path
 from typing import Any
 
 import fiddle as fdl
@@ -19,6 +18,7 @@ from pax_core.config import lookup, overrides
 from pax_core.config.experiment import Experiment
 from pax_core.config.task import Job
 from pax_core.errors import PaxError, UsageError
+from pax_core.files import job_path
 from pax_core.plugins.host import PluginHost
 
 
@@ -76,7 +76,7 @@ def load_config(path: str) -> fdl.Config:
     """A job's config from a Fiddle JSON file (``config.json``), or a ``UsageError`` naming the
     file and what is wrong with it."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = job_path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise UsageError(f"config file {path} cannot be read: "
                          f"{getattr(e, 'strerror', None) or e}") from None

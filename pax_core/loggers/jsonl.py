@@ -6,20 +6,19 @@ MFU is measured against); then come ``train`` and ``eval/<name>`` records.
 The file is line buffered, so every record is on disk as soon as it is written. A resumed run
 continues the same file, first dropping the records of steps after the checkpoint it resumes
 from (the earlier run logged them, then stopped before saving them; they are trained again) and
-a line a killed run left unfinished: each step has one record of each kind.
+a line a killed run left unfinished: each step has one record of each kind. In a ``gs://`` job
+the object is rewritten whole with each record (an object cannot be appended to).
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-from pax_core.files import write_atomic
+from pax_core.files import is_remote, job_path, read_text, write_atomic
 from pax_core.loggers.base import Logger
 
 
@@ -43,9 +42,13 @@ class JsonlLogger(Logger):
 
     def __init__(self, job_dir: str):
         super().__init__(job_dir)
-        os.makedirs(job_dir, exist_ok=True)
-        self._path = os.path.join(job_dir, "metrics.jsonl")
+        root = job_path(job_dir)
+        self._remote = is_remote(root)
+        if not self._remote:
+            root.mkdir(parents=True, exist_ok=True)
+        self._path = root / "metrics.jsonl"
         self._file: Any = None
+        self._lines: list[str] = []  # a bucket's whole object, rewritten with each record
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
               hparams: Mapping[str, Any]) -> None:
@@ -62,16 +65,20 @@ class JsonlLogger(Logger):
 
     def _drop_after(self, step: int) -> None:
         """Rewrite the file without the records of steps after ``step`` and unreadable lines."""
-        if not os.path.exists(self._path):
+        if not self._path.exists():
             return
-        with open(self._path, encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
+        lines = read_text(self._path).splitlines()
         kept = [line for line, at in zip(lines, map(_step_of, lines), strict=True)
                 if at is not None and at <= step]
+        self._lines = kept if self._remote else []
         if len(kept) < len(lines):
-            write_atomic(Path(self._path), "".join(line + "\n" for line in kept))
+            write_atomic(self._path, "".join(line + "\n" for line in kept))
 
     def _append(self, record: dict[str, Any]) -> None:
+        if self._remote:
+            self._lines.append(json.dumps(record, allow_nan=False))
+            write_atomic(self._path, "".join(line + "\n" for line in self._lines))
+            return
         if self._file is None:
             self._file = open(  # noqa: SIM115 (kept open for the run, closed in ``close``)
                 self._path, "a", buffering=1, encoding="utf-8")

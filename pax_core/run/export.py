@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.errors import RunError, UsageError
-from pax_core.files import storage_failure, write_atomic
+from pax_core.files import is_remote, job_path, storage_failure, write_atomic
 from pax_core.run.commands import restore_latest
 from pax_core.run.state import count_params
 
@@ -29,6 +29,9 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     import jax
     import orbax.checkpoint as ocp
 
+    if is_remote(output):
+        raise UsageError(f"--output {output}: pax export writes to a local directory (it is "
+                         f"renamed into place when complete); copy it to the bucket after")
     target = Path(output).expanduser().resolve()
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"--output {target} exists; choose a new directory (nothing was "
@@ -38,7 +41,7 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     params = run.eval_params(state)
     record = {"experiment": run.resolved.name, "step": restored,
               "num_params": count_params(params), "ema": run.task.train.eval_use_ema_states,
-              "job_dir": str(Path(job_dir).resolve())}
+              "job_dir": str(job_path(job_dir))}
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     try:

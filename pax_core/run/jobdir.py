@@ -7,7 +7,9 @@ overrides, plugins and library versions), ``checkpoints/``, ``metrics.jsonl``, `
 
 Every file is replaced whole (written beside, then renamed), so a run killed at any moment
 leaves either the old file or the new one; the lock is the operating system's (``flock``),
-which a killed process releases, so it never has to be removed by hand.
+which a killed process releases, so it never has to be removed by hand. A ``gs://`` job
+directory has the same files; a bucket has no lock a killed process releases, so there one run
+at a time is the user's to keep (``pax_core.files``).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.errors import UsageError
-from pax_core.files import write_atomic
+from pax_core.files import is_remote, job_path, read_text, write_atomic
 
 LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
 RUN_KEYS = ("experiment", "overrides")
@@ -73,8 +75,9 @@ class JobDir:
     """One run's directory; several invocations of the same experiment share it (resume)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path).expanduser().resolve()
-        if self.path.exists() and not self.path.is_dir():
+        self.path = job_path(path)
+        self.remote = is_remote(self.path)
+        if not self.remote and self.path.exists() and not self.path.is_dir():
             raise UsageError(f"--job-dir {self.path} exists and is not a directory")
 
     @property
@@ -90,6 +93,9 @@ class JobDir:
 
     def create(self) -> None:
         """Create the directory, or say clearly why it cannot be written."""
+        if self.remote:
+            self._check_bucket()
+            return
         try:
             self.path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -99,12 +105,24 @@ class JobDir:
                 raise UsageError(f"{path} is not writable; make it writable (or use another "
                                  f"--job-dir), then run the same command (nothing was changed)")
 
+    def _check_bucket(self) -> None:
+        """Write and remove one object, so that a missing bucket or missing rights are told
+        before the run starts rather than at its first checkpoint."""
+        probe = self.path / f".pax-probe-{os.getpid()}"
+        try:
+            write_atomic(probe, "")
+            probe.unlink()
+        except Exception as e:
+            what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            raise UsageError(f"--job-dir {self.path} cannot be written ({what}); check the "
+                             f"bucket name and your credentials (nothing was changed)") from None
+
     def runs(self) -> list[dict[str, Any]]:
         """The recorded invocations, oldest first; a damaged record is a ``UsageError`` naming
         the file and the line."""
         if not self.runs_file.exists():
             return []
-        lines = self.runs_file.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = read_text(self.runs_file).splitlines()
         return [_parse_run(self.runs_file, n, line) for n, line in enumerate(lines, 1)
                 if line.strip()]
 
@@ -138,7 +156,11 @@ class JobDir:
     @contextlib.contextmanager
     def lock(self) -> Iterator[None]:
         """Hold ``train.lock`` for one ``pax train``; a second one in the same directory is a
-        ``UsageError`` naming the first (its process id, host and start time)."""
+        ``UsageError`` naming the first (its process id, host and start time). In a bucket
+        there is no such lock: nothing is held."""
+        if self.remote:
+            yield
+            return
         path = self.path / "train.lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:

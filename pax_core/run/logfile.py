@@ -4,27 +4,32 @@ Orbax and the other libraries built on absl log each failure of a save thread as
 a traceback, several times over; on the console that buries the one line Pax prints about it.
 For the length of a run their records (WARNING and above) are written to the job's log file
 instead. The ``pax`` command also turns a background thread that dies, or a clean-up that
-fails at exit, into one warning line (the traceback goes to the log file).
+fails at exit, into one warning line (the traceback goes to the log file). For a ``gs://`` job
+the file is written locally and uploaded when the run ends (an object cannot be appended to).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import sys
+import tempfile
 import threading
 import traceback
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 from pax_core.errors import warn
+from pax_core.files import is_remote
 
 LIBRARY_LOGGERS = ("absl",)
 BACKGROUND = logging.getLogger("pax.background")
 BACKGROUND.addHandler(logging.NullHandler())  # outside a run: the warning line only
 BACKGROUND.propagate = False
-_current: list[Path] = []
+_current: list[Any] = []
 
 
 class _FileHandler(logging.FileHandler):
@@ -35,9 +40,11 @@ class _FileHandler(logging.FileHandler):
 
 
 @contextlib.contextmanager
-def library_logs(job_dir: Path, process: int) -> Iterator[Path]:
+def library_logs(job_dir: Any, process: int) -> Iterator[Any]:
     """Send the libraries' records and background failures to the run's log file."""
-    path = job_dir / "logs" / f"process_{process}.log"
+    final = job_dir / "logs" / f"process_{process}.log"
+    staging = Path(tempfile.mkdtemp(prefix="pax-logs-")) if is_remote(job_dir) else None
+    path = staging / final.name if staging else final
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handler: logging.Handler = _FileHandler(path, delay=True)
@@ -50,17 +57,27 @@ def library_logs(job_dir: Path, process: int) -> Iterator[Path]:
         logging.getLogger(name).addHandler(handler)
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).propagate = False
-    _current.append(path)
+    _current.append(final)
     try:
-        yield path
+        yield final
     finally:
-        _current.remove(path)
+        _current.remove(final)
         for name, propagate in saved.items():
             logging.getLogger(name).propagate = propagate
         for name in (*LIBRARY_LOGGERS, BACKGROUND.name):
             logging.getLogger(name).removeHandler(handler)
         with contextlib.suppress(OSError):
             handler.close()
+        if staging:
+            _upload(path, final)
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def _upload(path: Path, final: Any) -> None:
+    """Copy a staged log file to the job, when it has anything; a failure loses only it."""
+    with contextlib.suppress(Exception):
+        if path.exists() and path.stat().st_size:
+            final.write_bytes(path.read_bytes())
 
 
 def report_background_failures() -> None:

@@ -39,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from pax_core.files import job_path
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.testing.conformance import PluginConformance, parametrize_conformance
 from pax_core.testing.faults import (
@@ -133,8 +134,8 @@ def run_pax(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
 
 
 def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every record of ``JOB_DIR/metrics.jsonl``, in order."""
-    lines = (Path(job_dir) / "metrics.jsonl").read_text().splitlines()
+    """Every record of ``JOB_DIR/metrics.jsonl`` (local or ``gs://``), in order."""
+    lines = (job_path(job_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
 
 

@@ -20,10 +20,13 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from pax_core.files import is_remote, job_path
 
 # A fraction of the kills land while the process starts, compiles or restores; the rest while
 # it trains and saves, a random moment after it has logged a new step.
@@ -46,14 +49,14 @@ class KillTrials:
     finished: subprocess.CompletedProcess
 
 
-def _records(metrics: Path) -> int:
+def _records(metrics: Any) -> int:
     try:
         return metrics.read_bytes().count(b"\n")
     except OSError:
         return 0
 
 
-def _one_trial(command: list[str], job_dir: Path, env: Mapping[str, str], rng: random.Random,
+def _one_trial(command: list[str], job_dir: Any, env: Mapping[str, str], rng: random.Random,
                log: Path) -> bool:
     """Start the run, kill it at a random moment; returns whether it was killed."""
     metrics = job_dir / "metrics.jsonl"
@@ -81,13 +84,15 @@ def _one_trial(command: list[str], job_dir: Path, env: Mapping[str, str], rng: r
 def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int, seed: int = 0,
                 env: Mapping[str, str] | None = None, timeout: float = 600) -> KillTrials:
     """Run ``pax train ARGS --job-dir JOB_DIR`` ``trials`` times, killing each with SIGKILL at
-    a random moment (``seed`` fixes them), then once more to the end."""
-    job_dir = Path(job_dir)
+    a random moment (``seed`` fixes them), then once more to the end. ``JOB_DIR`` may be in a
+    bucket (``gs://``); the runs' output is then kept in a local temporary folder."""
+    job_dir = job_path(job_dir)
     pax = str(Path(sys.executable).with_name("pax"))
     command = [pax, "train", *args, "--job-dir", str(job_dir)]
     env = {**os.environ, "PAX_STRICT_PLUGINS": "1", **(env or {})}
     rng = random.Random(seed)
-    logs = job_dir.parent / f"{job_dir.name}-trials"
+    logs = (Path(tempfile.mkdtemp(prefix="pax-trials-")) if is_remote(job_dir)
+            else job_dir.parent / f"{job_dir.name}-trials")
     logs.mkdir(parents=True, exist_ok=True)
     killed, resumed, removed, damaged, tracebacks = 0, [], 0, [], []
 
@@ -110,13 +115,13 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
 
 
 def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
-    """The parameters of a job's checkpoint (the newest without ``step``) as numpy arrays,
-    keyed by their path (``['Dense_0']['kernel']``)."""
+    """The parameters of a job's checkpoint (the newest without ``step``; local or ``gs://``)
+    as numpy arrays, keyed by their path (``['Dense_0']['kernel']``)."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
 
-    root = Path(job_dir) / "checkpoints"
+    root = job_path(job_dir) / "checkpoints"
     if step is None:
         step = max(int(p.name) for p in root.iterdir() if p.name.isdigit())
     state = ocp.StandardCheckpointer().restore(root / str(step) / "state")
@@ -130,7 +135,7 @@ def train_losses(job_dir: str | os.PathLike) -> dict[int, float]:
     import json
 
     out: dict[int, float] = {}
-    for line in (Path(job_dir) / "metrics.jsonl").read_text().splitlines():
+    for line in (job_path(job_dir) / "metrics.jsonl").read_text().splitlines():
         record = json.loads(line)
         if record["kind"] == "train":
             if record["step"] in out:
