@@ -113,13 +113,29 @@ def remove_tree(path: Any) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def walk_files(root: Any) -> dict[str, Any]:
+    """``{path relative to root: path}`` of every file under ``root`` (a bucket has no
+    recursive glob, so this walks the listing)."""
+    found, todo = {}, [root]
+    while todo:
+        for path in todo.pop().iterdir():
+            if path.is_dir():
+                todo.append(path)
+            else:
+                found[str(path.relative_to(root))] = path
+    return found
+
+
 def move(source: Any, target: Any) -> None:
-    """Move a directory (in a bucket: copy, then delete)."""
-    if is_remote(source):
-        source.rename(target)
-    else:
+    """Move a directory. A bucket has no rename (nor empty folders to rename into): each object
+    is copied, then the source removed."""
+    if not is_remote(source):
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(str(source), str(target))
+        return
+    for name, path in walk_files(source).items():
+        (target / name).write_bytes(path.read_bytes())
+    remove_tree(source)
 
 
 def _chain(error: BaseException):
@@ -165,4 +181,6 @@ def _probe(directory: Any) -> int | None:
         probe.unlink()
     except OSError as e:
         return e.errno
+    except Exception:  # a bucket's own errors carry no system code
+        return None
     return None

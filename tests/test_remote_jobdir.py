@@ -146,21 +146,46 @@ def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
     assert_same_params(read_params(f"{gcs}/jobs/killed"), read_params(tmp_path / "straight"))
 
 
-def test_a_damaged_object_in_a_gs_checkpoint_is_found(gcs):
-    job = f"{gcs}/jobs/damaged"
-    first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(10))
-    assert first.returncode == 0, first.stderr
-    sums = json.loads(job_path(f"{job}/checkpoints/10/pax_checksums.json").read_text())
-    name = max(sums, key=lambda n: sums[n][0])  # the largest file: array data
-    target = job_path(f"{job}/checkpoints/10/{name}")
+def _flip_a_byte(job: str, step: int) -> str:
+    """Flip one byte in the middle of the step's largest file (array data); its name."""
+    sums = json.loads(job_path(f"{job}/checkpoints/{step}/pax_checksums.json").read_text())
+    name = max(sums, key=lambda n: sums[n][0])
+    target = job_path(f"{job}/checkpoints/{step}/{name}")
     data = bytearray(target.read_bytes())
     data[len(data) // 2] ^= 0xFF
     target.write_bytes(bytes(data))
-    evaluated = run_pax("eval", "--job-dir", job,
-                        "--set", "task.train.on_damaged_checkpoint='stop'")
-    assert evaluated.returncode == 2, evaluated.stderr
-    assert "checkpoint step 10" in evaluated.stderr and "is damaged" in evaluated.stderr
-    assert f"{name} does not match its checksum" in evaluated.stderr
+    return name
+
+
+def test_a_damaged_gs_checkpoint_is_named_set_aside_and_the_one_before_restored(gcs):
+    job = f"{gcs}/jobs/damaged"
+    first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
+    assert first.returncode == 0, first.stderr
+    name = _flip_a_byte(job, 20)
+    stopped = run_pax("eval", "--job-dir", job, "--set", "task.train.on_damaged_checkpoint='stop'")
+    assert stopped.returncode == 2, stopped.stderr
+    assert "checkpoint step 20" in stopped.stderr and "is damaged" in stopped.stderr
+    assert f"{name} does not match its checksum" in stopped.stderr
+    evaluated = run_pax("eval", "--job-dir", job, "--json")
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert json.loads(evaluated.stdout)["step"] == 10
+    assert f"moved to {job}/damaged_checkpoints/20-" in evaluated.stderr
+    assert any(o.startswith("damaged_checkpoints/20-") for o in _objects(job))
+    assert not job_path(f"{job}/checkpoints/20").exists()
+
+
+def test_a_gs_run_restarts_from_a_chosen_step(gcs):
+    job = f"{gcs}/jobs/rolled"
+    first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
+    assert first.returncode == 0, first.stderr
+    again = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20),
+                    "--restore-checkpoint-step", "10")
+    assert again.returncode == 0, again.stderr
+    assert f"moved the later checkpoints (steps 20) to {job}/rolled_back_checkpoints" \
+        in again.stderr
+    assert "resuming from step 10" in again.stdout + again.stderr
+    assert any(o.startswith("rolled_back_checkpoints/20-") for o in _objects(job))
+    assert job_path(f"{job}/checkpoints/20/commit_success.txt").exists()  # trained again
 
 
 def test_a_missing_bucket_is_one_line_before_anything_runs(gcs):

@@ -16,7 +16,7 @@ import os
 import zlib
 from typing import Any
 
-from pax_core.files import job_path, write_atomic
+from pax_core.files import job_path, walk_files, write_atomic
 
 RECORD = "pax_checksums.json"
 _CHUNK = 1 << 20
@@ -36,14 +36,7 @@ def _size_and_crc32(path: Any) -> tuple[int, int]:
 
 def _files(step_dir: Any) -> dict[str, Any]:
     """``{path relative to the step: path}`` of every file under it but the record."""
-    found, todo = {}, [step_dir]
-    while todo:
-        for path in todo.pop().iterdir():
-            if path.is_dir():
-                todo.append(path)
-            elif path.name != RECORD:
-                found[str(path.relative_to(step_dir))] = path
-    return found
+    return {name: path for name, path in walk_files(step_dir).items() if path.name != RECORD}
 
 
 def record(step_dir: str | os.PathLike) -> None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 import contextlib
 import signal
 from collections.abc import Iterator
-from pathlib import Path
 
 import jax
 
 from pax_core.checkpointers.base import Checkpointer
 from pax_core.config.resolve import ResolvedExperiment, resolve
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
-from pax_core.files import storage_failure
+from pax_core.files import job_path, storage_failure
 from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
@@ -81,6 +80,8 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     config (a job's ``config.json``) trained in place of the experiment's.
     """
     jd = JobDir(job_dir)
+    if jd.remote:  # one object written and removed: a bucket out of reach is told at once
+        jd.create()
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     jd.create()
     primary = jax.process_index() == 0
@@ -168,7 +169,7 @@ def _roll_back(checkpointer: Checkpointer, step: int) -> None:
         raise UsageError(f"this checkpointer cannot set checkpoints aside, so the run cannot go "
                          f"back to step {step}; use another --job-dir")
     warn(f"restarting from step {step}: moved the later checkpoints (steps "
-         f"{', '.join(map(str, later))}) to {Path(moved[0]).parent}")
+         f"{', '.join(map(str, later))}) to {job_path(moved[0]).parent}")
 
 
 def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,

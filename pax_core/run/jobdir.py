@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
+from pax_core.errors import PaxError, UsageError
 from pax_core.files import is_remote, job_path, read_text, write_atomic
 
 LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
@@ -88,8 +88,24 @@ class JobDir:
     def runs_file(self) -> Path:
         return self.path / "runs.jsonl"
 
+    @contextlib.contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Whatever the storage raises while the record is read (a bucket out of reach, no
+        rights to it) becomes one line naming the job directory."""
+        try:
+            yield
+        except PaxError:
+            raise
+        except Exception as e:
+            what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            where = "the bucket name, your credentials and the network" if self.remote else \
+                "that it is readable"
+            raise UsageError(f"--job-dir {self.path} cannot be read ({what}); check {where} "
+                             f"(nothing was changed)") from None
+
     def has_checkpoints(self) -> bool:
-        return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
+        with self._reading():
+            return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
 
     def create(self) -> None:
         """Create the directory, or say clearly why it cannot be written."""
@@ -120,9 +136,10 @@ class JobDir:
     def runs(self) -> list[dict[str, Any]]:
         """The recorded invocations, oldest first; a damaged record is a ``UsageError`` naming
         the file and the line."""
-        if not self.runs_file.exists():
-            return []
-        lines = read_text(self.runs_file).splitlines()
+        with self._reading():
+            if not self.runs_file.exists():
+                return []
+            lines = read_text(self.runs_file).splitlines()
         return [_parse_run(self.runs_file, n, line) for n, line in enumerate(lines, 1)
                 if line.strip()]
 

@@ -41,7 +41,11 @@ class _FileHandler(logging.FileHandler):
 
 @contextlib.contextmanager
 def library_logs(job_dir: Any, process: int) -> Iterator[Any]:
-    """Send the libraries' records and background failures to the run's log file."""
+    """Send the libraries' records and background failures to the run's log file.
+
+    After a failure the libraries' threads may still be ending (a failed save's other writes):
+    their records keep going to the file (reopened on demand) until the process exits, rather
+    than to the console after the one line that reported the failure."""
     final = job_dir / "logs" / f"process_{process}.log"
     staging = Path(tempfile.mkdtemp(prefix="pax-logs-")) if is_remote(job_dir) else None
     path = staging / final.name if staging else final
@@ -60,24 +64,30 @@ def library_logs(job_dir: Any, process: int) -> Iterator[Any]:
     _current.append(final)
     try:
         yield final
-    finally:
+    except BaseException:
         _current.remove(final)
-        for name, propagate in saved.items():
-            logging.getLogger(name).propagate = propagate
-        for name in (*LIBRARY_LOGGERS, BACKGROUND.name):
-            logging.getLogger(name).removeHandler(handler)
-        with contextlib.suppress(OSError):
-            handler.close()
         if staging:
             _upload(path, final)
-            shutil.rmtree(staging, ignore_errors=True)
+        raise  # the handlers stay, for the records of threads still ending
+    _current.remove(final)
+    for name, propagate in saved.items():
+        logging.getLogger(name).propagate = propagate
+    for name in (*LIBRARY_LOGGERS, BACKGROUND.name):
+        logging.getLogger(name).removeHandler(handler)
+    with contextlib.suppress(OSError):
+        handler.close()
+    if staging:
+        _upload(path, final)
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _upload(path: Path, final: Any) -> None:
-    """Copy a staged log file to the job, when it has anything; a failure loses only it."""
+    """Add a staged log file to the job's (after the earlier runs' records, as a local file
+    is appended to); a failure loses only this run's records."""
     with contextlib.suppress(Exception):
         if path.exists() and path.stat().st_size:
-            final.write_bytes(path.read_bytes())
+            earlier = final.read_bytes() if final.exists() else b""
+            final.write_bytes(earlier + path.read_bytes())
 
 
 def report_background_failures() -> None:
@@ -85,14 +95,28 @@ def report_background_failures() -> None:
     failure, instead of Python's traceback on stderr."""
     reported: set[str] = set()
 
-    def report(what: str, error: BaseException | None, trace: TracebackType | None) -> None:
+    def report(what: str, error: BaseException | None, trace: TracebackType | None,
+               once_as: str | None = None) -> None:
         line = f"{what} failed: {type(error).__name__}: {error}".splitlines()[0][:300]
         if error is not None:
             details = traceback.format_exception(type(error), error, trace)
             BACKGROUND.error("%s\n%s", line, "".join(details))
-        if line not in reported:
-            reported.add(line)
+        key = once_as or line
+        if key not in reported:
+            reported.add(key)
             warn(line + (f" (details in {_current[-1]})" if _current else ""))
+
+    class _Tasks(logging.Handler):
+        """asyncio's "exception was never retrieved": the other writes of a save that failed
+        (Orbax's), noticed when the process ends; one warning says so."""
+
+        def emit(self, record: logging.LogRecord) -> None:
+            error, trace = record.exc_info[1:] if record.exc_info else (None, None)
+            report("a library's asynchronous task", error, trace, once_as="asyncio")
+
+    tasks = logging.getLogger("asyncio")
+    tasks.addHandler(_Tasks(logging.ERROR))
+    tasks.propagate = False
 
     threading.excepthook = lambda a: report(
         f"a background thread ({a.thread.name if a.thread else 'unnamed'})", a.exc_value,

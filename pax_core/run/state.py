@@ -57,29 +57,30 @@ def logical_axes(abstract_boxed_state: TrainState) -> TrainState:
     (Adam's moments, an EMA), and none (replicated) for the rest: counters, and the factored
     moments of Adafactor, which are vectors a small fraction of their parameter's size."""
     boxed = abstract_boxed_state
-    params = nn.meta.unbox(boxed.params)
-    param_axes = nn.get_partition_spec(boxed.params)
-    return TrainState(param_axes, _mirrored_axes(boxed.opt_state, params, param_axes),
+    return TrainState(nn.get_partition_spec(boxed.params),
+                      _mirrored_axes(boxed.opt_state, boxed.params),
                       PartitionSpec(), PartitionSpec())
 
 
-def _mirrored_axes(opt_state: Any, params: Any, param_axes: Any) -> Any:
-    structure = jax.tree.structure(params)
-    flat_params = structure.flatten_up_to(params)
-    flat_axes = jax.tree.leaves(param_axes, is_leaf=lambda x: isinstance(x, PartitionSpec))
+def _mirrored_axes(opt_state: Any, boxed_params: Any) -> Any:
+    """An optimizer-state leaf belongs to the parameter whose key path ends its own (Optax
+    keeps per-parameter trees under its states' fields, masked or split ones included)."""
+    def is_box(x: Any) -> bool:
+        return isinstance(x, nn.Partitioned)
 
-    def like_params(node: Any) -> bool:
-        return jax.tree.structure(node) == structure
+    params = {jax.tree_util.keystr(path): leaf for path, leaf in
+              jax.tree_util.tree_flatten_with_path(boxed_params, is_leaf=is_box)[0]}
 
-    def axes_of(node: Any) -> Any:
-        if not like_params(node):
-            return PartitionSpec()
-        return structure.unflatten([
-            axes if leaf.shape == param.shape else PartitionSpec()
-            for leaf, param, axes in zip(structure.flatten_up_to(node), flat_params, flat_axes,
-                                         strict=True)])
+    def axes_of(path: tuple, leaf: Any) -> PartitionSpec:
+        for start in range(len(path)):
+            param = params.get(jax.tree_util.keystr(path[start:]))
+            if param is not None:
+                value = nn.meta.unbox(param)
+                same = getattr(leaf, "shape", None) == value.shape
+                return nn.get_partition_spec(param) if same and is_box(param) else PartitionSpec()
+        return PartitionSpec()
 
-    return jax.tree.map(axes_of, opt_state, is_leaf=like_params)
+    return jax.tree_util.tree_map_with_path(axes_of, opt_state)
 
 
 def ema_params(state: TrainState) -> Any:

@@ -4,7 +4,8 @@ The trace goes to ``JOB_DIR/profile/plugins/profile/<time>/``: TensorBoard's pro
 it with ``--logdir JOB_DIR/profile``, and the ``*.trace.json.gz`` file opens in Perfetto. Each
 traced step is a ``StepTraceAnnotation`` named ``train`` with its step number, which is what the
 profile tools use to cut the timeline into steps. Steps are numbered as in the logs: step N is
-the one after which N steps are done.
+the one after which N steps are done. In a ``gs://`` job the trace goes to the bucket without
+the Perfetto file (JAX writes that one through a local path only).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import jax
 
 from pax_core.errors import UsageError, warn
+from pax_core.files import is_remote
 
 
 def parse_steps(text: str) -> tuple[int, int]:
@@ -49,7 +51,8 @@ class StepProfiler:
     def step(self, number: int) -> contextlib.AbstractContextManager:
         """Enter around dispatching step ``number``."""
         if self.first <= number <= self.last and not (self.tracing or self.done):
-            jax.profiler.start_trace(self.directory, create_perfetto_trace=True)
+            jax.profiler.start_trace(self.directory,
+                                     create_perfetto_trace=not is_remote(self.directory))
             self.tracing = True
         if self.tracing:
             return jax.profiler.StepTraceAnnotation("train", step_num=number)
