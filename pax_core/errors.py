@@ -42,6 +42,12 @@ class Stopped(PaxError):
         self.exit_code = 128 + signum
 
 
+def first_line(error: BaseException, limit: int = 200) -> str:
+    """``Type: message``, its first line and at most ``limit`` characters: how a failure from a
+    library is quoted inside one of Pax's one-line messages."""
+    return f"{type(error).__name__}: {error}".splitlines()[0][:limit]
+
+
 def warn(message: str) -> None:
     """Print one warning line on stderr; used where Pax carries on after a problem."""
     import sys

@@ -164,7 +164,8 @@ def storage_failure(error: BaseException, directory: str | os.PathLike | None = 
             code = _STATUS_CODES[found.group(1)] if found else None
         if code in REMEDIES:
             return _told(code)
-    code = _probe(job_path(directory)) if directory is not None else None
+    failed = probe_write(job_path(directory)) if directory is not None else None
+    code = getattr(failed, "errno", None)  # a bucket's own errors carry no system code
     return _told(errno.ENOENT if removed and code is None else code)
 
 
@@ -173,14 +174,12 @@ def _told(code: int | None) -> tuple[str, str] | None:
     return (os.strerror(code), REMEDIES[code]) if code in REMEDIES else None
 
 
-def _probe(directory: Any) -> int | None:
-    """The error code of writing one byte into ``directory``, or None when that works."""
+def probe_write(directory: Any) -> Exception | None:
+    """What writing (and removing) one small file in ``directory`` raises; None when it works."""
     probe = directory / f".pax-probe-{os.getpid()}"
     try:
         write_atomic(probe, "\0")
         probe.unlink()
-    except OSError as e:
-        return e.errno
-    except Exception:  # a bucket's own errors carry no system code
-        return None
+    except Exception as e:
+        return e
     return None

@@ -19,7 +19,7 @@ from typing import Any
 from pax_core.checkpointers import integrity
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, check_params_match
 from pax_core.checkpointers.integrity import DamagedCheckpoint
-from pax_core.errors import RunError, warn
+from pax_core.errors import RunError, first_line, warn
 from pax_core.files import is_remote, job_path, move, remove_tree, storage_failure
 
 TMP_MARK = ".orbax-checkpoint-tmp"
@@ -35,10 +35,6 @@ def _unfinished(root: Any) -> Iterator[Any]:
                     if path.name.isdigit() and not (path / COMMITTED).exists())
 
 
-def _first_line(error: BaseException) -> str:
-    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
-
-
 class OrbaxCheckpointer(Checkpointer):
     """Orbax ``CheckpointManager`` under ``JOB_DIR/checkpoints``: asynchronous, keeps the last
     ``max_to_keep`` steps."""
@@ -49,6 +45,7 @@ class OrbaxCheckpointer(Checkpointer):
         import orbax.checkpoint as ocp
 
         self._ocp = ocp
+        self._root = job_path(directory)
         self._primary = jax.process_index() == 0
         self._unrecorded: list[int] = []
         self._remove_unfinished(announce=True)
@@ -87,7 +84,7 @@ class OrbaxCheckpointer(Checkpointer):
         """Remove the saves that never completed (process 0): never restorable, and Orbax would
         remove them too, with a warning about temporary directories. ``announce`` says so, one
         line each: at the start, where a killed run left them."""
-        root = job_path(self.directory)
+        root = self._root
         if not self._primary or not root.is_dir():
             return
         for path in sorted(_unfinished(root)):
@@ -104,8 +101,7 @@ class OrbaxCheckpointer(Checkpointer):
             return error
         cause, remedy = found
         self._remove_unfinished(announce=False)
-        root = job_path(self.directory)
-        intact = [s for s in self._manager.all_steps() if (root / str(s)).is_dir()]
+        intact = [s for s in self._manager.all_steps() if (self._root / str(s)).is_dir()]
         kept = (f"the newest complete checkpoint, step {max(intact)}, is intact" if intact
                 else "no complete checkpoint is left")
         return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
@@ -132,10 +128,9 @@ class OrbaxCheckpointer(Checkpointer):
         return sorted(self._manager.all_steps())
 
     def set_aside(self, step: int, why: str = "damaged") -> str:
-        root = job_path(self.directory)
-        target = root.parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
+        target = self._root.parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
         if self._primary:
-            move(root / str(step), target)
+            move(self._root / str(step), target)
         self._manager.reload()
         return str(target)
 
@@ -158,15 +153,15 @@ class OrbaxCheckpointer(Checkpointer):
         if self._primary:
             for step in self._unrecorded:
                 self._guarded(f"the checksums of checkpoint step {step}",
-                              lambda s=step: integrity.record(job_path(self.directory) / str(s)))
+                              lambda s=step: integrity.record(self._root / str(s)))
         self._unrecorded = []
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
-        integrity.verify(job_path(self.directory) / str(step))
+        integrity.verify(self._root / str(step))
         try:
             saved = self._manager.item_metadata(step)["state"].tree
         except Exception as e:
-            raise DamagedCheckpoint(f"its metadata does not read ({_first_line(e)})") from e
+            raise DamagedCheckpoint(f"its metadata does not read ({first_line(e, 300)})") from e
         check_params_match(step, saved["params"], abstract_state.params)
         args = self._ocp.args.Composite(
             state=self._ocp.args.StandardRestore(abstract_state),
@@ -175,7 +170,7 @@ class OrbaxCheckpointer(Checkpointer):
         try:
             restored = self._manager.restore(step, args=args)
         except Exception as e:
-            raise DamagedCheckpoint(f"it does not restore ({_first_line(e)})") from e
+            raise DamagedCheckpoint(f"it does not restore ({first_line(e, 300)})") from e
         return restored.state, restored.input
 
     def check(self) -> None:

@@ -17,7 +17,7 @@ from fiddle.experimental import serialization
 from pax_core.config import lookup, overrides
 from pax_core.config.experiment import Experiment
 from pax_core.config.task import Job
-from pax_core.errors import PaxError, UsageError
+from pax_core.errors import PaxError, UsageError, first_line
 from pax_core.files import job_path
 from pax_core.plugins.host import PluginHost
 
@@ -83,7 +83,7 @@ def load_config(path: str) -> fdl.Config:
     try:
         config = serialization.load_json(text)
     except Exception as e:
-        what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        what = first_line(e)
         raise UsageError(f"config file {path} is not a Fiddle config written by pax "
                          f"train ({what}); use a job's config.json, or repair it") from None
     if not isinstance(config, fdl.Config) or fdl.get_callable(config) is not Job:

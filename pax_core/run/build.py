@@ -17,7 +17,7 @@ from pax_core.checkpointers.base import Checkpointer, CheckpointSettings
 from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
-from pax_core.errors import PaxError, RunError, UsageError, warn
+from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
 from pax_core.inputs.base import Input
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
@@ -153,7 +153,7 @@ def _set_input_position(data: Input, position: dict[str, Any]) -> None:
     try:
         data.set_state(position)
     except Exception as e:
-        what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+        what = first_line(e)
         raise DamagedCheckpoint(f"its saved input position does not fit input '{data.name}' "
                                 f"({what})") from e
 

@@ -80,10 +80,11 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     config (a job's ``config.json``) trained in place of the experiment's.
     """
     jd = JobDir(job_dir)
-    if jd.remote:  # one object written and removed: a bucket out of reach is told at once
+    if jd.remote:  # it makes nothing there (one object written and removed): it can go first
         jd.create()
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
-    jd.create()
+    if not jd.remote:  # a local one is made only once everything else is checked
+        jd.create()
     primary = jax.process_index() == 0
     try:
         with _locked(jd, primary), library_logs(jd.path, jax.process_index()):

@@ -26,8 +26,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import PaxError, UsageError
-from pax_core.files import is_remote, job_path, read_text, write_atomic
+from pax_core.errors import PaxError, UsageError, first_line
+from pax_core.files import is_remote, job_path, probe_write, read_text, write_atomic
 
 LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
 RUN_KEYS = ("experiment", "overrides")
@@ -97,7 +97,7 @@ class JobDir:
         except PaxError:
             raise
         except Exception as e:
-            what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+            what = first_line(e)
             where = "the bucket name, your credentials and the network" if self.remote else \
                 "that it is readable"
             raise UsageError(f"--job-dir {self.path} cannot be read ({what}); check {where} "
@@ -124,14 +124,10 @@ class JobDir:
     def _check_bucket(self) -> None:
         """Write and remove one object, so that a missing bucket or missing rights are told
         before the run starts rather than at its first checkpoint."""
-        probe = self.path / f".pax-probe-{os.getpid()}"
-        try:
-            write_atomic(probe, "")
-            probe.unlink()
-        except Exception as e:
-            what = f"{type(e).__name__}: {e}".splitlines()[0][:200]
-            raise UsageError(f"--job-dir {self.path} cannot be written ({what}); check the "
-                             f"bucket name and your credentials (nothing was changed)") from None
+        failed = probe_write(self.path)
+        if failed is not None:
+            raise UsageError(f"--job-dir {self.path} cannot be written ({first_line(failed)}); "
+                             f"check the bucket name and your credentials (nothing was changed)")
 
     def runs(self) -> list[dict[str, Any]]:
         """The recorded invocations, oldest first; a damaged record is a ``UsageError`` naming

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from pax_core.errors import warn
+from pax_core.errors import first_line, warn
 from pax_core.files import is_remote
 
 LIBRARY_LOGGERS = ("absl",)
@@ -97,7 +97,7 @@ def report_background_failures() -> None:
 
     def report(what: str, error: BaseException | None, trace: TracebackType | None,
                once_as: str | None = None) -> None:
-        line = f"{what} failed: {type(error).__name__}: {error}".splitlines()[0][:300]
+        line = f"{what} failed: {first_line(error, 300)}"
         if error is not None:
             details = traceback.format_exception(type(error), error, trace)
             BACKGROUND.error("%s\n%s", line, "".join(details))
