@@ -13,8 +13,8 @@ import nox
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm[corpus]",
-            "-e", "tests/plugins/pax_testplugin"]
+PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
+            "-e", "pax_lm[corpus]", "-e", "tests/plugins/pax_testplugin"]
 
 
 def _interpreter(version: str) -> str | None:

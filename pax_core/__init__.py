@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.2.0"
+API_VERSION = "1.3.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -56,6 +56,7 @@ _EXPORTS: dict[str, str] = {
     "DamagedCheckpoint": "pax_core.checkpointers.integrity",
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",
+    "Spmd": "pax_core.parallel.spmd",
     "Backend": "pax_core.backends.base",
     "CpuBackend": "pax_core.backends.cpu",
     "axes": "pax_core.axes",

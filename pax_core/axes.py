@@ -16,16 +16,19 @@ HEADS = "heads"
 KV = "kv"
 VOCAB = "vocab"
 LAYERS = "layers"
+STAGES = "stages"  # a pipeline's stage dimension (its weights, its in-flight activations)
 
-LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS)
+LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS, STAGES)
 
 # Mesh axes, Pax's names: data parallelism across slices, FSDP-style data parallelism, model
-# (tensor) parallelism.
+# (tensor) parallelism; pipelined experiments put a pipeline's stages first.
+STAGE = "stage"
 REPLICA = "replica"
 DATA = "data"
 MDL = "mdl"
 
 MESH = (REPLICA, DATA, MDL)
+PIPELINE_MESH = (STAGE, REPLICA, DATA, MDL)
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
@@ -43,4 +46,15 @@ DEFAULT_RULES: Rules = (
     (MLP, MDL),
     (HEADS, MDL),
     (KV, None),
+)
+
+# Pax's pipelined LM sharding: stacked layer weights split by stage; outside the pipeline
+# (embedding, softmax, the loss) the batch is split over every axis but mdl, so all devices
+# share that work; inside a stage it keeps (replica, data) (``STAGES`` took ``stage``).
+PIPELINE_RULES: Rules = (
+    (STAGES, STAGE),
+    (LAYERS, STAGE),
+    (BATCH, (STAGE, REPLICA, DATA)),
+    (BATCH, (REPLICA, DATA)),
+    *((name, target) for name, target in DEFAULT_RULES if name not in (BATCH, LAYERS)),
 )

@@ -29,7 +29,7 @@ API = [
     "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Lion", "Logger",
     "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
     "PluginOpt", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError", "RunInfo",
-    "SetOpt", "Sgd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
+    "SetOpt", "Sgd", "Spmd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
     "__version__", "axes", "hookimpl", "restore_latest", "warn",
 ]
 TESTING_API = [

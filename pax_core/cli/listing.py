@@ -103,6 +103,8 @@ def show_plan(result, as_json: bool) -> None:
         ("GiB per device: temporaries (compiled)", f"{result.temporaries_gib:.2f}"),
         ("GiB per device: total", f"{result.total_gib:.2f}"),
         (f"fits {result.hbm_gib:g} GiB per device", "yes" if result.fits else "NO"),
+        *((name.replace("_", " "), f"{value:.4g}" if isinstance(value, float) else str(value))
+          for name, value in result.placement.items()),
     ]
     for what, value in rows:
         table.add_row(what, value)

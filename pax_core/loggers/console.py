@@ -84,6 +84,8 @@ class ConsoleLogger(Logger):
         self._print(f"{experiment}: {where} of {num_train_steps}")
         if (line := speed_line(hparams)) is not None:
             self._print(line)
+        if "placement" in hparams:
+            self._print(f"placement: {hparams['placement']}")
         # ``reset`` rather than ``update`` so the steps restored from a checkpoint do not count
         # towards the speed behind the time remaining.
         self._bar.reset(self._task, total=num_train_steps, completed=start_step,

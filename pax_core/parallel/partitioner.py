@@ -89,6 +89,13 @@ class Partitioner(abc.ABC):
     def replicated(self) -> NamedSharding:
         return NamedSharding(self.mesh, PartitionSpec())
 
+    def describe(self, batch_size: int) -> dict[str, Any]:
+        """Facts about how a training batch of ``batch_size`` runs on this placement, worth a
+        user's attention (a pipeline's stages, microbatches and bubble): shown by ``pax plan``,
+        written in the run's start record and printed when it starts. Flat names, JSON values;
+        the built-in partitioners have nothing to add."""
+        return {}
+
     def context(self) -> contextlib.AbstractContextManager:
         """Entered around every compiled call (tracing happens inside it)."""
         return contextlib.nullcontext()
@@ -153,3 +160,13 @@ class Partitioner(abc.ABC):
                 f"--set ICI_MESH_SHAPE=[1,{num_devices},1])"
             )
         return shape
+
+
+def placement(partitioner: Partitioner, batch_size: int) -> dict[str, Any]:
+    """The partitioner's ``describe`` facts, plus ``placement``: the same on one line (what the
+    console prints at the start of a run); empty when it has none."""
+    facts = partitioner.describe(batch_size)
+    if not facts:
+        return {}
+    line = ", ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in facts.items())
+    return {**facts, "placement": line}

@@ -43,6 +43,7 @@ class Plan:
     temporaries_gib: float
     total_gib: float
     hbm_gib: float
+    placement: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def fits(self) -> bool:
@@ -111,4 +112,5 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
         temporaries_gib=temp_gib,
         total_gib=params_gib + opt_gib + temp_gib,
         hbm_gib=hbm_gib,
+        placement=run.partitioner.describe(run.train_input.batch_size),
     )

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from pax_core.axes import BATCH, DEFAULT_RULES, LENGTH
+from pax_core.axes import BATCH, DEFAULT_RULES, LENGTH, Rules
 from pax_core.errors import UsageError
 from pax_core.parallel.partitioner import Partitioner
 
@@ -42,7 +42,10 @@ def device_grid(devices: Sequence[jax.Device], ici: Sequence[int], dcn: Sequence
 
 
 class Spmd(Partitioner):
-    """Shards parameters, optimizer state and activations by logical axis rules."""
+    """Shards parameters, optimizer state and activations by logical axis rules: the
+    experiment's ``LOGICAL_AXIS_RULES``, else ``default_rules``."""
+
+    default_rules: Rules = DEFAULT_RULES
 
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:
         shape = self.declared_mesh(experiment, len(devices))
@@ -52,10 +55,9 @@ class Spmd(Partitioner):
         ici = list(experiment.ICI_MESH_SHAPE)
         dcn = list(experiment.DCN_MESH_SHAPE or [1] * len(ici))
         self.mesh = Mesh(device_grid(devices, ici, dcn), tuple(shape))
-        self.rules = tuple(
-            (name, tuple(axes) if isinstance(axes, list) else axes)
-            for name, axes in (getattr(experiment, "LOGICAL_AXIS_RULES", None) or DEFAULT_RULES)
-        )
+        rules = getattr(experiment, "LOGICAL_AXIS_RULES", None) or self.default_rules
+        self.rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
+                           for name, axes in rules)
         self._check_rules()
 
     def _check_rules(self) -> None:

@@ -83,9 +83,12 @@ def pax_register_partitioners() -> list[Component]:
 
     The factory takes no arguments and returns a ``pax_core.Partitioner``. It builds the mesh
     from the experiment's declaration, gives the shardings of the train state and of a batch,
-    turns each process's batch into global arrays, and compiles the steps. Chosen by the
-    experiment's ``PARTITIONER`` constant (``--set PARTITIONER=name``). Built in:
-    ``data_parallel`` (Pax's pmap path) and ``spmd`` (logical axis rules over the declared mesh).
+    turns each process's batch into global arrays, and compiles the steps; ``describe`` may
+    report facts about the placement (a pipeline's bubble), shown by ``pax plan`` and at the
+    start of a run. Chosen by the experiment's ``PARTITIONER`` constant (``--set
+    PARTITIONER=name``). Built in: ``data_parallel`` (Pax's pmap path) and ``spmd`` (logical axis
+    rules over the declared mesh, ``pax_core.Spmd``, which a plugin may extend); pax-pipeline
+    adds ``pipeline``.
 
     Example::
 

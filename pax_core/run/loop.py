@@ -23,6 +23,7 @@ import jax
 from pax_core.checkpointers.base import Checkpointer
 from pax_core.errors import PaxError, RunError, warn
 from pax_core.loggers import LoggerGroup
+from pax_core.parallel.partitioner import placement
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run
@@ -309,4 +310,5 @@ class TrainLoop:
             "learning_rate": train.learner.optimizer.learning_rate,
             "num_microbatches": train.learner.num_microbatches,
             **self.utilisation.settings(),
+            **placement(self.run.partitioner, self.run.train_input.batch_size),
         }

@@ -115,8 +115,9 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
 
 
 def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
-    """The parameters of a job's checkpoint (the newest without ``step``; local or ``gs://``)
-    as numpy arrays, keyed by their path (``['Dense_0']['kernel']``)."""
+    """The parameters of a job's checkpoint (the newest without ``step``; local or ``gs://``;
+    saved by any number of processes) as numpy arrays, keyed by their path
+    (``['Dense_0']['kernel']``)."""
     import jax
     import numpy as np
     import orbax.checkpoint as ocp
@@ -124,7 +125,13 @@ def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str
     root = job_path(job_dir) / "checkpoints"
     if step is None:
         step = max(int(p.name) for p in root.iterdir() if p.name.isdigit())
-    state = ocp.StandardCheckpointer().restore(root / str(step) / "state")
+    path = root / str(step) / "state"
+    checkpointer = ocp.StandardCheckpointer()
+    # Restored onto this process's first device, whatever devices and processes saved it.
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          checkpointer.metadata(path).item_metadata.tree)
+    state = checkpointer.restore(path, target)
     leaves = jax.tree_util.tree_flatten_with_path(state["params"])[0]
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
 

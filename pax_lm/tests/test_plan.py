@@ -1,7 +1,9 @@
-"""`pax plan` compiles every registered LM experiment that fits 512 devices, on fake devices.
+"""`pax plan` compiles every registered LM experiment on fake devices: the SPMD ones that fit
+512 devices, and every pipelined one (up to 1024 devices).
 
-Each group runs in a fresh process with 512 fake CPU devices (the test process has 8), planning
-its experiments one after another; nothing is allocated, no data is read.
+Each group runs in a fresh process with 512 (1024 for the pipelined) fake CPU devices (the test
+process has 8), planning its experiments one after another; nothing is allocated, no data is
+read.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pax_lm.experiments.base import PipelinedExperiment
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 MAX_DEVICES = 512
+PIPELINE_DEVICES = 1024
 GROUP = 4
 
 PLAN_SCRIPT = """
@@ -40,13 +43,13 @@ def _load(ref):
 
 def _plannable() -> list[tuple[int, str]]:
     """(devices to plan on, name): a declared mesh's size, or 8 devices for Pax's
-    data-parallel path; pipelined experiments and meshes over 512 devices are left out."""
+    data-parallel path; SPMD meshes over 512 devices are left out."""
     out = []
     for ref in EXPERIMENTS:
         cls = _load(ref)
         if issubclass(cls, PipelinedExperiment):
-            continue
-        if (cls.mesh_size() or 8) <= MAX_DEVICES:
+            out.append((PIPELINE_DEVICES, ref.name))
+        elif (cls.mesh_size() or 8) <= MAX_DEVICES:
             out.append((MAX_DEVICES if cls.ICI_MESH_SHAPE is not None else 8, ref.name))
     return out
 
@@ -54,7 +57,7 @@ def _plannable() -> list[tuple[int, str]]:
 PLANNABLE = _plannable()
 GROUPS = [
     (devices, group[i:i + GROUP])
-    for devices in (8, MAX_DEVICES)
+    for devices in (8, MAX_DEVICES, PIPELINE_DEVICES)
     for group in [[n for d, n in PLANNABLE if d == devices]]
     for i in range(0, len(group), GROUP)
 ]
@@ -75,10 +78,26 @@ def test_experiments_compile_on_their_mesh(devices, names):
         assert p["devices"] == math.prod(p["mesh"].values())
         assert p["model_flops_per_step"] > 0 and p["hardware_flops_per_step"] > 0
         assert 0 < p["params_gib"] < p["total_gib"]
+        if isinstance(exp, PipelinedExperiment):
+            _check_pipeline(exp, p)
+
+
+def _check_pipeline(exp, plan):
+    """The plan reports the schedule the experiment declares, and the bubble formula's value."""
+    facts, stages = plan["placement"], exp.NUM_STAGES
+    batch = exp.global_batch_size()
+    micro = exp.NUM_MICROBATCHES or batch // exp.MICROBATCH_SIZE
+    iterations = micro * exp.CIRCULAR_REPEAT + stages - 1
+    assert plan["mesh"]["stage"] == stages
+    assert (facts["pipeline_stages"], facts["pipeline_microbatches"],
+            facts["pipeline_iterations"]) == (stages, micro, iterations)
+    assert facts["pipeline_bubble"] == pytest.approx((stages - 1) / iterations)
 
 
 def test_plannable_experiments_cover_the_catalogue():
-    assert len(PLANNABLE) >= 30
+    assert len(PLANNABLE) >= 43
+    pipelined = [name for devices, name in PLANNABLE if devices == PIPELINE_DEVICES]
+    assert len(pipelined) == 12 and "LmCloudSpmdPipeline175B" in pipelined
     assert {"LmCloudSpmd2B", "C4Spmd16BAdam32Replicas", "LmCloudSpmd256B",
             "C4Spmd22BAdam2xv4_128", "QuickStartLm"} <= {name for _, name in PLANNABLE}
 

@@ -23,6 +23,7 @@ from pax_core import (
     SyntheticInput,
     Task,
     Train,
+    axes,
 )
 from pax_lm.models import LanguageModel
 from pax_transformer.models import TransformerLm
@@ -220,17 +221,35 @@ class SyntheticDataset:
 
 
 class PipelinedExperiment:
-    """Mixin for Pax's pipelined experiments: registered under their names, and stopped with a
-    clear message until the pipeline-parallel plugin exists."""
+    """Mixin for Pax's pipelined experiments (pax-pipeline): the decoder's layers run as a
+    pipeline over the ``stage`` mesh axis, Pax's constants choosing the schedule.
+
+    ``NUM_STAGES`` stages (the size of the mesh's ``stage`` axis), microbatches by
+    ``MICROBATCH_SIZE`` or ``NUM_MICROBATCHES`` (exactly one), ``CIRCULAR_REPEAT`` > 1 for the
+    circular schedule, ``STREAM_IO`` to keep the microbatches sharded over the stages.
+    """
 
     REQUIRED_PLUGINS = ("pax-pipeline",)
     PARTITIONER = "pipeline"
-    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    MESH_AXIS_NAMES = axes.PIPELINE_MESH
     NUM_STAGES = 1
     MICROBATCH_SIZE: int | None = None
     NUM_MICROBATCHES: int | None = None
     CIRCULAR_REPEAT = 1
     STREAM_IO = False
+
+    def decoder(self) -> fdl.Config[TransformerLm]:
+        # Imported here: pax-pipeline is optional for pax-lm, and REQUIRED_PLUGINS has been
+        # checked before an experiment builds its config.
+        from pax_pipeline import Pipeline
+
+        config = super().decoder()
+        config.stack = fdl.Config(Pipeline, num_stages=self.NUM_STAGES,
+                                  num_microbatches=self.NUM_MICROBATCHES,
+                                  microbatch_size=self.MICROBATCH_SIZE,
+                                  circular_repeat=self.CIRCULAR_REPEAT,
+                                  stream_io=self.STREAM_IO)
+        return config
 
 
 class TransformerLmSpmdAdafactor(TransformerLmExperiment):

@@ -66,4 +66,7 @@ EXPERIMENTS: list[ExperimentRef] = [
                   "3M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
+    ExperimentRef("TinyPipelinedLmForTests",
+                  "pax_lm.experiments.quickstart:TinyPipelinedLmForTests",
+                  "the tests' LM as a 2-stage GPipe pipeline on 8 devices (pax-pipeline)"),
 ]

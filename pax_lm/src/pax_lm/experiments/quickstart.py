@@ -1,4 +1,4 @@
-"""Small language models that train on a laptop CPU: the quick start and the tests' model.
+"""Small language models that train on a laptop CPU: the quick start and the tests' models.
 
 Both read the default corpus (the King James Bible, from ``pax-lm[corpus]``) as UTF-8 bytes, so
 they need no tokenizer file and no data download.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_lm.experiments.base import TransformerLmExperiment
+from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.tokenizers import ByteTokenizer
@@ -82,3 +82,14 @@ class TinyLmForTests(QuickStartLm):
     EVAL_INTERVAL_STEPS = 30
     CHECKPOINT_EVERY_N_STEPS = 30
     EVAL_BATCHES = 2
+
+
+class TinyPipelinedLmForTests(PipelinedExperiment, TinyLmForTests):
+    """The tests' model with 4 layers as a GPipe pipeline: 2 stages of 2 layers, each stage over
+    data 2 x mdl 2 (8 devices), 4 microbatches of 2 (needs pax-pipeline)."""
+
+    NUM_LAYERS = 4
+    ICI_MESH_SHAPE = [2, 1, 2, 2]
+    NUM_STAGES = 2
+    NUM_MICROBATCHES = 4
+

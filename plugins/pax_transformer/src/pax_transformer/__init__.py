@@ -12,11 +12,14 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "BlockConfig": "pax_transformer.layers.block",
     "TransformerLm": "pax_transformer.models",
+    "TransformerStack": "pax_transformer.layers.stack",
     "count_params": "pax_transformer.models",
     "stack_layer_params": "pax_transformer.layers.stack",
 }
-__all__ = ["TransformerLm", "__version__", "count_params", "stack_layer_params"]
+__all__ = ["BlockConfig", "TransformerLm", "TransformerStack", "__version__", "count_params",
+           "stack_layer_params"]
 
 
 def __getattr__(name: str) -> Any:

@@ -68,7 +68,10 @@ class TransformerLm(nn.Module):
     come back float32. Every weight carries logical axis names (see the module docstring) and
     the activations are constrained to ("batch", "length", "embed"), ("batch", "length",
     "mlp"), ("batch", "length", "heads", "kv") and ("batch", "length", "vocab"); without axis
-    rules in context those constraints do nothing. Dropout (``dropout_rate``, ``train=True``,
+    rules in context those constraints do nothing. ``stack`` builds the layer stack in place of
+    ``TransformerStack`` (called with the same arguments; pax-pipeline's ``Pipeline`` runs the
+    layers as a pipeline over stages; its ``check(num_layers)``, if any, validates the config).
+    Dropout (``dropout_rate``, ``train=True``,
     a "dropout" rng) applies to the input embeddings and to each residual branch.
     """
 
@@ -97,6 +100,7 @@ class TransformerLm(nn.Module):
     remat_policy: str | None = None
     dtype: str = "float32"
     param_dtype: str = "float32"
+    stack: Any = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -200,7 +204,8 @@ class TransformerLm(nn.Module):
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
         x = nn.with_logical_constraint(x, ACTIVATION_AXES)
 
-        x = TransformerStack(
+        make_stack = self.stack or TransformerStack
+        x = make_stack(
             config, self.num_layers, self.scan_layers, self.remat_policy, train, decode,
             name="stack",
         )(x, positions, segment_ids, decode_start)
@@ -234,6 +239,8 @@ def _validate(m: TransformerLm) -> None:
     check_choice("position", m.position, POSITIONS)
     check_choice("dtype", m.dtype, DTYPES)
     check_choice("param_dtype", m.param_dtype, DTYPES)
+    if hasattr(m.stack, "check"):
+        m.stack.check(m.num_layers)
     if m.remat_policy is not None:
         check_choice("remat_policy", m.remat_policy, [None, *POLICIES])
     if m.dim_per_head is None and m.model_dims % m.num_heads:

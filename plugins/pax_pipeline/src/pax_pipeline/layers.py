@@ -1,0 +1,153 @@
+"""The pipelined transformer stack: pax-transformer's layers, run as a pipeline over stages.
+
+``Pipeline`` is the value an experiment puts in ``TransformerLm.stack``; the model calls it as
+it would build its own stack, and gets a ``PipelinedStack``. The weights are stored as a
+scanned stack stores them, ``stack/layers/...`` with a leading ``[L]`` dimension named
+``layers`` (GPipe; the very layout of an unpipelined ``USE_REPEATED_LAYER`` model, so a
+checkpoint moves between the two as it is) or ``[R, L / R]`` (circular), and the pipeline
+partitioner maps ``layers`` onto the ``stage`` mesh axis.
+
+Inside a stage the layers see the experiment's axis rules without the stage mesh axes (the
+stage dimension already holds them), so ``batch`` shards over what remains (replica, data)
+and the model's own constraints keep working per stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import flax.linen as nn
+import jax
+
+from pax_core import axes
+from pax_pipeline import schedule as sched
+from pax_transformer import BlockConfig, TransformerStack
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline(sched.Schedule):
+    """A pipeline schedule that builds the layer stack of a ``TransformerLm``:
+    ``TransformerLm(..., stack=Pipeline(num_stages=4, microbatch_size=2))``."""
+
+    def check(self, num_layers: int) -> None:
+        """Called by ``TransformerLm``'s validation (a config that cannot build is exit 2)."""
+        self.check_layers(num_layers)
+
+    def __call__(self, config: BlockConfig, num_layers: int, scan_layers: bool = False,
+                 remat_policy: str | None = None, train: bool = False, decode: bool = False,
+                 *, name: str | None = None) -> PipelinedStack:
+        del scan_layers  # a pipeline's stages are always scanned stacks
+        return PipelinedStack(config, num_layers, self, remat_policy, train, decode, name=name)
+
+
+def _stage_rules(rules: tuple, stage_axes: tuple[str, ...]) -> tuple:
+    """The axis rules without the mesh axes the stage dimension takes."""
+    def strip(target: Any) -> Any:
+        if isinstance(target, tuple | list):
+            kept = tuple(a for a in target if a not in stage_axes)
+            return kept or None
+        return None if target in stage_axes else target
+
+    return tuple((name, strip(target)) for name, target in rules)
+
+
+def _mesh_axes(logical: str) -> tuple[str, ...]:
+    """The mesh axes the rules in context give ``logical`` (none outside a partitioner)."""
+    if not nn.get_logical_axis_rules():
+        return ()
+    target = nn.logical_to_mesh_axes((logical,))[0]
+    if target is None:
+        return ()
+    return tuple(target) if isinstance(target, tuple) else (target,)
+
+
+class PipelinedStack(nn.Module):
+    """``num_layers`` transformer blocks run as a pipeline; the same function as the stack."""
+
+    config: BlockConfig
+    num_layers: int
+    schedule: sched.Schedule
+    remat_policy: str | None = None
+    train: bool = False
+    decode: bool = False
+
+    def _body(self, num_layers: int, train: bool) -> TransformerStack:
+        return TransformerStack(self.config, num_layers, scan_layers=True,
+                                remat_policy=self.remat_policy, train=train, parent=None)
+
+    def _init_layers(self, rng: jax.Array, x: jax.Array, positions: jax.Array,
+                     segment_ids: jax.Array | None) -> Any:
+        """The scanned stack's boxed weights, reshaped to the stored layout (``to_stages``)."""
+        boxed = self._body(self.num_layers, False).init({"params": rng}, x[:1], positions[:1],
+                                                        None if segment_ids is None
+                                                        else segment_ids[:1])
+        layers = boxed["params"]["layers"]
+        if self.schedule.circular_repeat == 1:
+            return layers
+        shape = sched.stored_shape(self.num_layers, self.schedule)
+
+        def regroup(box: nn.Partitioned) -> nn.Partitioned:
+            value = box.value.reshape(*shape, *box.value.shape[1:])
+            return box.replace(value=value, names=(None, *box.names))
+
+        return jax.tree.map(regroup, layers, is_leaf=lambda b: isinstance(b, nn.Partitioned))
+
+    @nn.compact
+    def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None = None,
+                 decode_start: jax.Array | None = None) -> jax.Array:
+        if self.decode:
+            raise ValueError("a pipelined stack does not decode; decode with the same "
+                             "experiment and NUM_STAGES=1 (GPipe weights load unchanged)")
+        s = self.schedule
+        s.check_layers(self.num_layers)
+        count = s.microbatches(x.shape[0])
+        layers = self.param("layers", self._init_layers, x, positions, segment_ids)
+
+        per_group = self.num_layers // s.num_groups
+        body = self._body(per_group, self.train)
+        train = self.train and self.config.dropout_rate > 0
+
+        def stage_fn(params, h, aux, group, rng):
+            group_params = jax.tree.map(
+                lambda w: jax.lax.dynamic_slice_in_dim(w, group * per_group, per_group, 0),
+                params)
+            segments = aux[1] if len(aux) > 1 else None
+            return body.apply({"params": {"layers": group_params}}, h, aux[0], segments, None,
+                              rngs={"dropout": rng} if train else None)
+
+        rules = nn.get_logical_axis_rules()
+        stage_axes = _mesh_axes(axes.STAGES)
+        inner = _stage_rules(rules, stage_axes)
+        activation = (axes.BATCH, axes.LENGTH, axes.EMBED)
+        io_axes = (axes.STAGES if s.stream_io else None, *activation)
+        rng = self.make_rng("dropout") if train else jax.random.PRNGKey(0)
+        with nn.logical_axis_rules(inner):
+            aux = tuple(_split(a, count) for a in (positions, segment_ids) if a is not None)
+            out = sched.run(
+                stage_fn, sched.to_stages(layers, s), _split(x, count), aux, s, rng=rng,
+                spmd_axis_name=stage_axes or None,
+                constrain_state=_constrain((axes.STAGES, *activation), rules),
+                constrain_io=_constrain(io_axes, rules if s.stream_io else inner))
+        return nn.with_logical_constraint(_join(out), activation)
+
+
+def _constrain(names: tuple, rules: tuple):
+    """A sharding constraint by logical ``names`` under ``rules``, whatever rules are in context
+    where it is applied (the stage dimension takes the stage axes the stages' rules lack)."""
+    def constrain(h: jax.Array) -> jax.Array:
+        with nn.logical_axis_rules(rules):
+            return nn.with_logical_constraint(h, names)
+
+    return constrain
+
+
+def _split(x: jax.Array, count: int) -> jax.Array:
+    """``[B, ...] -> [M, B / M, ...]``, microbatch ``m`` taking rows ``m, M + m, ...``, so every
+    device's rows stay on it (as the core splits microbatches)."""
+    return x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(0, 1)
+
+
+def _join(x: jax.Array) -> jax.Array:
+    """The inverse of ``_split``."""
+    return x.swapaxes(0, 1).reshape(x.shape[0] * x.shape[1], *x.shape[2:])
