@@ -95,8 +95,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (about 5 minutes): CLI start-up, and `pax train` against a bare loop;
-    results under bench/results/. Arguments go to bench/train_speed.py."""
+    """Benchmarks (about 8 minutes): CLI start-up, `pax train` against a bare loop, and a
+    pipeline's step time against the unpipelined model's; results under bench/results/.
+    Arguments go to bench/train_speed.py."""
     session.install(*PACKAGES)
     session.run("python", "bench/cli_startup.py")
     session.run("python", "bench/train_speed.py", *session.posargs)
+    session.run("python", "bench/pipeline_speed.py")

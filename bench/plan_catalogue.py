@@ -1,7 +1,8 @@
 """`pax plan` over the LM catalogue: parameters, per-device memory and fit, as a table.
 
-Every registered pax-lm experiment whose mesh has at most 512 devices is compiled on fake CPU
-devices (512 in one process; Pax's data-parallel experiments on 8). Writes
+Every registered pax-lm experiment whose mesh has at most 512 devices, and every pipelined one
+(up to 1024), is compiled on fake CPU devices (512 or 1024 in one process; Pax's data-parallel
+experiments on 8); pipelined ones add their stages, microbatches and bubble. Writes
 ``bench/results/plan_catalogue.{json,md}``.
 
     python bench/plan_catalogue.py [--hbm-gib 32]
@@ -36,17 +37,27 @@ def _groups() -> dict[int, list[str]]:
     from pax_lm.experiments.base import PipelinedExperiment
     from pax_lm.experiments.catalogue import EXPERIMENTS
 
-    groups: dict[int, list[str]] = {8: [], 512: []}
+    groups: dict[int, list[str]] = {8: [], 512: [], 1024: []}
     for ref in EXPERIMENTS:
         module, _, name = ref.target.partition(":")
         cls = getattr(importlib.import_module(module), name)
         if issubclass(cls, PipelinedExperiment):
-            continue
-        if cls.ICI_MESH_SHAPE is None:
+            groups[1024].append(ref.name)
+        elif cls.ICI_MESH_SHAPE is None:
             groups[8].append(ref.name)
         elif cls.mesh_size() <= 512:
             groups[512].append(ref.name)
     return groups
+
+
+def _pipeline(facts: dict) -> str:
+    if "pipeline_stages" not in facts:
+        return "-"
+    repeat = facts["pipeline_circular_repeat"]
+    return (f"{facts['pipeline_schedule']} {facts['pipeline_stages']} x "
+            f"{facts['pipeline_microbatches']}{f' x R{repeat}' if repeat > 1 else ''}"
+            f"{' stream' if facts['pipeline_stream_io'] else ''}, "
+            f"{facts['pipeline_iterations']}, {facts['pipeline_bubble']:.1%}")
 
 
 def main() -> None:
@@ -62,15 +73,17 @@ def main() -> None:
     results.mkdir(exist_ok=True)
     (results / "plan_catalogue.json").write_text(json.dumps(plans, indent=1))
     lines = ["| experiment | devices | parameters | GiB/device (params + opt + temp) | "
-             f"fits {args.hbm_gib:g} GiB |", "|---|---|---|---|---|"]
+             f"fits {args.hbm_gib:g} GiB | pipeline (stages x microbatches, iterations, bubble) |",
+             "|---|---|---|---|---|---|"]
     for p in plans:
         if "error" in p:
-            lines.append(f"| {p['experiment']} | - | - | {p['error']} | - |")
+            lines.append(f"| {p['experiment']} | - | - | {p['error']} | - | - |")
             continue
         lines.append(
             f"| {p['experiment'].split('/')[-1]} | {p['devices']} | {p['params'] / 1e9:.2f}B | "
             f"{p['total_gib']:.1f} ({p['params_gib']:.1f} + {p['opt_state_gib']:.1f} + "
-            f"{p['temporaries_gib']:.1f}) | {'yes' if p['fits'] else 'no'} |")
+            f"{p['temporaries_gib']:.1f}) | {'yes' if p['fits'] else 'no'} | "
+            f"{_pipeline(p.get('placement', {}))} |")
     table = "\n".join(lines)
     (results / "plan_catalogue.md").write_text(table + "\n")
     print(table)

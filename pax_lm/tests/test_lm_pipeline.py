@@ -14,7 +14,15 @@ import numpy as np
 import pytest
 
 from pax_core import UsageError
-from pax_core.testing import build_run, isolated_host, read_params, resolve, run_pax, train_losses
+from pax_core.testing import (
+    build_run,
+    isolated_host,
+    read_metrics,
+    read_params,
+    resolve,
+    run_pax,
+    train_losses,
+)
 
 EXP = ["--plugin", "lm", "--exp", "TinyPipelinedLmForTests", "--no-eval-on-test",
        "--set", "SUMMARY_INTERVAL_STEPS=1", "--set", "CHECKPOINT_EVERY_N_STEPS=2"]
@@ -35,6 +43,9 @@ def straight(tmp_path_factory) -> Path:
     result = _train(job_dir, 4)
     assert "placement: pipeline_schedule=gpipe, pipeline_stages=2" in result.stdout
     assert "pipeline_bubble=0.2" in result.stdout
+    start = read_metrics(job_dir)[0]
+    assert (start["kind"], start["pipeline_stages"], start["pipeline_microbatches"],
+            start["pipeline_iterations"], start["pipeline_bubble"]) == ("start", 2, 4, 5, 0.2)
     return job_dir
 
 
@@ -55,6 +66,13 @@ def test_a_checkpoint_moves_from_a_pipelined_to_an_unpipelined_mesh(straight, tm
     assert "resuming from step 2" in resumed.stdout
     assert "pipeline_stages=1" in resumed.stdout
     _assert_same_run(job_dir, straight)
+
+
+def test_a_pipelined_job_decodes(straight):
+    result = run_pax("decode", "--plugin", "lm", "--job-dir", str(straight), "--prompt", "And",
+                     "--max-decode-steps", "8")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.startswith("[step 4] And")
 
 
 def test_stages_on_two_processes_train_as_one_process(straight, tmp_path):

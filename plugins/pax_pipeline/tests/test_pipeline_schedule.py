@@ -56,9 +56,9 @@ def test_batches_that_do_not_fit_the_schedule_are_refused(settings, batch, messa
 
 
 def test_layers_must_split_over_stages_and_repeats():
-    Schedule(num_stages=2, num_microbatches=2, circular_repeat=3).check_layers(18)
+    Schedule(num_stages=2, num_microbatches=2, circular_repeat=3).check(18)
     with pytest.raises(ValueError, match="NUM_LAYERS must be a multiple of 6"):
-        Schedule(num_stages=2, num_microbatches=2, circular_repeat=3).check_layers(8)
+        Schedule(num_stages=2, num_microbatches=2, circular_repeat=3).check(8)
 
 
 def test_stage_layout_gives_each_stage_its_layer_groups():

@@ -30,10 +30,6 @@ class Pipeline(sched.Schedule):
     """A pipeline schedule that builds the layer stack of a ``TransformerLm``:
     ``TransformerLm(..., stack=Pipeline(num_stages=4, microbatch_size=2))``."""
 
-    def check(self, num_layers: int) -> None:
-        """Called by ``TransformerLm``'s validation (a config that cannot build is exit 2)."""
-        self.check_layers(num_layers)
-
     def __call__(self, config: BlockConfig, num_layers: int, scan_layers: bool = False,
                  remat_policy: str | None = None, train: bool = False, decode: bool = False,
                  *, name: str | None = None) -> PipelinedStack:
@@ -72,9 +68,10 @@ class PipelinedStack(nn.Module):
     train: bool = False
     decode: bool = False
 
-    def _body(self, num_layers: int, train: bool) -> TransformerStack:
+    def _body(self, num_layers: int, train: bool, decode: bool = False) -> TransformerStack:
         return TransformerStack(self.config, num_layers, scan_layers=True,
-                                remat_policy=self.remat_policy, train=train, parent=None)
+                                remat_policy=self.remat_policy, train=train, decode=decode,
+                                parent=None)
 
     def _init_layers(self, rng: jax.Array, x: jax.Array, positions: jax.Array,
                      segment_ids: jax.Array | None) -> Any:
@@ -96,13 +93,12 @@ class PipelinedStack(nn.Module):
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None = None,
                  decode_start: jax.Array | None = None) -> jax.Array:
-        if self.decode:
-            raise ValueError("a pipelined stack does not decode; decode with the same "
-                             "experiment and NUM_STAGES=1 (GPipe weights load unchanged)")
         s = self.schedule
-        s.check_layers(self.num_layers)
-        count = s.microbatches(x.shape[0])
+        s.check(self.num_layers)
         layers = self.param("layers", self._init_layers, x, positions, segment_ids)
+        if self.decode:
+            return self._decode(layers, x, positions, decode_start)
+        count = s.microbatches(x.shape[0])
 
         per_group = self.num_layers // s.num_groups
         body = self._body(per_group, self.train)
@@ -130,6 +126,23 @@ class PipelinedStack(nn.Module):
                 constrain_state=_constrain((axes.STAGES, *activation), rules),
                 constrain_io=_constrain(io_axes, rules if s.stream_io else inner))
         return nn.with_logical_constraint(_join(out), activation)
+
+
+    def _decode(self, layers: Any, x: jax.Array, positions: jax.Array,
+                decode_start: jax.Array | None) -> jax.Array:
+        """Decoding feeds a few tokens at a time, nothing worth pipelining: the weights run as
+        the unpipelined scanned stack (circular ones seen as ``[L]``), with its KV cache at the
+        scanned stack's place in the ``cache`` collection."""
+        body = self._body(self.num_layers, self.train, decode=True)
+        cache = self.variable("cache", "layers", lambda: body.init(
+            jax.random.PRNGKey(0), x, positions, None, decode_start)["cache"]["layers"])
+        leading = len(sched.stored_shape(self.num_layers, self.schedule))
+        flat = jax.tree.map(lambda w: w.reshape(self.num_layers, *w.shape[leading:]), layers)
+        out, mutated = body.apply({"params": {"layers": flat}, "cache": {"layers": cache.value}},
+                                  x, positions, None, decode_start, mutable=["cache"])
+        if not self.is_initializing():
+            cache.value = mutated["cache"]["layers"]
+        return out
 
 
 def _constrain(names: tuple, rules: tuple):

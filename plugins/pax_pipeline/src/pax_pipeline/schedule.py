@@ -74,8 +74,9 @@ class Schedule:
         """Groups of consecutive layers: one per stage and repeat."""
         return self.num_stages * self.circular_repeat
 
-    def check_layers(self, num_layers: int) -> None:
-        """The layers must split evenly into ``stages x circular repeat`` groups."""
+    def check(self, num_layers: int) -> None:
+        """The layers must split evenly into ``stages x circular repeat`` groups (called by
+        ``TransformerLm``'s validation, so a config that cannot build is exit 2)."""
         if num_layers % self.num_groups:
             raise ValueError(
                 f"{num_layers} layers do not split over {self.num_stages} stages x "
@@ -183,34 +184,25 @@ def run(stage_fn: StageFn, stage_params: Any, microbatches: jax.Array,
 
     def iteration(carry, t):
         state, state_aux, io = carry
-        # What enters stage 0: the microbatch of item t, fresh or back from its last pass.
+        # Stage 0 takes item t's microbatch (fresh, or back from its last pass); stage s > 0
+        # takes what stage s - 1 computed in the previous iteration.
         slot = t % count
-        first = io[0] if schedule.stream_io else jax.lax.dynamic_index_in_dim(io, slot, 0, False)
-        first_aux = tuple(jax.lax.dynamic_index_in_dim(a, slot, 0, False) for a in aux)
         at_zero = stage_ids == 0
-        x = jnp.where(per_stage(at_zero, state), first[None], jnp.roll(state, 1, axis=0))
-        x_aux = tuple(jnp.where(per_stage(at_zero, s), f[None], jnp.roll(s, 1, axis=0))
-                      for s, f in zip(state_aux, first_aux, strict=True))
+
+        def shift(state: jax.Array, first: jax.Array) -> jax.Array:
+            return jnp.where(per_stage(at_zero, state), first[None], jnp.roll(state, 1, axis=0))
+
+        x = shift(state, io[0] if schedule.stream_io else _index(io, slot))
+        x_aux = tuple(shift(s, _index(a, slot)) for s, a in zip(state_aux, aux, strict=True))
         item = t - stage_ids
         valid = (item >= 0) & (item < items)
         group = jnp.clip(item // count, 0, repeats - 1)
-        x = constrain_state(jnp.where(per_stage(valid, x), x, 0))
-        x = checkpoint_name(x, ITERATION_INPUT)
+        x = checkpoint_name(constrain_state(jnp.where(per_stage(valid, x), x, 0)),
+                            ITERATION_INPUT)
         rngs = jax.random.split(jax.random.fold_in(rng, t), stages)
         out = vmapped(stage_params, x, x_aux, group, rngs, valid)
         out = constrain_state(jnp.where(per_stage(valid, out), out, 0))
-        # The last stage's finished item goes back to its microbatch's slot.
-        done = t - (stages - 1)
-        keep = (done >= 0) & (done < items)
-        if schedule.stream_io:
-            where = (1 - stages) % count
-            io = io.at[where].set(jnp.where(keep, out[-1], io[where]))
-            io = constrain_io(jnp.roll(io, -1, axis=0))
-        else:
-            where = jnp.maximum(done, 0) % count
-            old = jax.lax.dynamic_index_in_dim(io, where, 0, False)
-            io = jax.lax.dynamic_update_index_in_dim(io, jnp.where(keep, out[-1], old), where, 0)
-            io = constrain_io(io)
+        io = constrain_io(_write_back(io, out[-1], t - (stages - 1), items, schedule))
         return (out, x_aux, io), None
 
     iteration = jax.checkpoint(iteration, prevent_cse=False,
@@ -222,6 +214,27 @@ def run(stage_fn: StageFn, stage_params: Any, microbatches: jax.Array,
                                  jnp.arange(total))
     # Streamed buffers rotated once per iteration; put microbatch m back at index m.
     return jnp.roll(io, total, axis=0) if schedule.stream_io else io
+
+
+def _index(x: jax.Array, i: jax.Array) -> jax.Array:
+    return jax.lax.dynamic_index_in_dim(x, i, 0, keepdims=False)
+
+
+def _write_back(io: jax.Array, finished: jax.Array, item: jax.Array, items: int,
+                schedule: Schedule) -> jax.Array:
+    """The last stage's output of work item ``item`` (if it is one) into its microbatch's slot.
+
+    Streamed buffers turn by one slot per iteration, towards stage 0: slot ``j`` holds
+    microbatch ``(t + j) mod M`` at iteration t, so item t - (S - 1) lands at ``1 - S``."""
+    count = io.shape[0]
+    keep = (item >= 0) & (item < items)
+    if schedule.stream_io:
+        where = (1 - schedule.num_stages) % count
+        io = io.at[where].set(jnp.where(keep, finished, io[where]))
+        return jnp.roll(io, -1, axis=0)
+    where = jnp.maximum(item, 0) % count
+    return jax.lax.dynamic_update_index_in_dim(
+        io, jnp.where(keep, finished, _index(io, where)), where, 0)
 
 
 @jax.custom_vjp
