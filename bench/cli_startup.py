@@ -9,12 +9,13 @@ ratios hold even on a noisy machine. Targets: `pax --help` < 0.3 s, `pax plugins
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import report
 
 PAX = str(Path(sys.executable).with_name("pax"))
 COMMANDS = {
@@ -50,19 +51,13 @@ def main() -> None:
          "meets_target": None if name not in TARGETS else m < TARGETS[name]}
         for name, m in medians.items()
     ]
-    out = Path(__file__).parent / "results"
-    out.mkdir(exist_ok=True)
-    (out / "cli_startup.json").write_text(json.dumps({"rounds": args.rounds, "rows": rows},
-                                                     indent=1))
     lines = ["| command | median s | min s | ratio to import jax | target s | meets |",
              "|---|---|---|---|---|---|"]
     lines += [f"| `{r['command']}` | {r['median_s']:.3f} | {r['min_s']:.3f} | "
               f"{r['vs_import_jax']:.2f} | {r['target_s'] or ''} | "
               f"{'' if r['meets_target'] is None else ('yes' if r['meets_target'] else 'NO')} |"
               for r in rows]
-    table = "\n".join(lines)
-    (out / "cli_startup.md").write_text(table + "\n")
-    print(table)
+    report.save("cli_startup", {"rounds": args.rounds, "rows": rows}, "\n".join(lines))
 
 
 if __name__ == "__main__":

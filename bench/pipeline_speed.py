@@ -23,11 +23,9 @@ Writes bench/results/pipeline_speed.{json,md}.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
-from pathlib import Path
 
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 
@@ -36,6 +34,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import report
 from jax.sharding import Mesh, NamedSharding
 
 from pax_core import axes
@@ -45,7 +44,6 @@ from pax_transformer import TransformerLm
 MODEL = dict(vocab_size=256, num_layers=8, model_dims=128, hidden_dims=512, num_heads=4,
              max_seq_len=64, position="rotary", remat_policy="SAVE_NOTHING")
 BATCH, LENGTH, STAGES = 64, 64, 4
-RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def configurations() -> dict[str, tuple[TransformerLm, tuple[int, ...], tuple, Pipeline | None]]:
@@ -128,10 +126,6 @@ def main() -> None:
             row["predicted_ratio"] = 1 / (1 - row["bubble"])
             row["rest"] = row["ratio"] / row["predicted_ratio"]
         rows.append(row)
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "pipeline_speed.json").write_text(json.dumps(
-        {"model": MODEL, "batch": BATCH, "length": LENGTH, "devices": 8,
-         "host_cores": os.cpu_count(), "rounds": args.rounds, "rows": rows}, indent=1))
     lines = ["| configuration | step (ms) | / unpipelined | bubble | predicted by the bubble | "
              "rest |", "|---|---|---|---|---|---|"]
     for r in rows:
@@ -139,9 +133,9 @@ def main() -> None:
                  if "bubble" in r else "- | - | -")
         lines.append(f"| {r['configuration']} | {r['step_ms']:.0f} | {r['ratio']:.2f} | "
                      f"{extra} |")
-    table = "\n".join(lines)
-    (RESULTS / "pipeline_speed.md").write_text(table + "\n")
-    print(table)
+    report.save("pipeline_speed", {"model": MODEL, "batch": BATCH, "length": LENGTH,
+                                     "devices": 8, "host_cores": os.cpu_count(),
+                                     "rounds": args.rounds, "rows": rows}, "\n".join(lines))
 
 
 if __name__ == "__main__":

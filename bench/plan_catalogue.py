@@ -14,7 +14,8 @@ import argparse
 import json
 import subprocess
 import sys
-from pathlib import Path
+
+import report
 
 SCRIPT = """
 import json, sys
@@ -69,9 +70,6 @@ def main() -> None:
         out = subprocess.run([sys.executable, "-c", SCRIPT, str(devices), str(args.hbm_gib),
                               *names], capture_output=True, text=True, check=True).stdout
         plans += [json.loads(line[5:]) for line in out.splitlines() if line.startswith("PLAN ")]
-    results = Path(__file__).parent / "results"
-    results.mkdir(exist_ok=True)
-    (results / "plan_catalogue.json").write_text(json.dumps(plans, indent=1))
     lines = ["| experiment | devices | parameters | GiB/device (params + opt + temp) | "
              f"fits {args.hbm_gib:g} GiB | pipeline (stages x microbatches, iterations, bubble) |",
              "|---|---|---|---|---|---|"]
@@ -84,9 +82,7 @@ def main() -> None:
             f"{p['total_gib']:.1f} ({p['params_gib']:.1f} + {p['opt_state_gib']:.1f} + "
             f"{p['temporaries_gib']:.1f}) | {'yes' if p['fits'] else 'no'} | "
             f"{_pipeline(p.get('placement', {}))} |")
-    table = "\n".join(lines)
-    (results / "plan_catalogue.md").write_text(table + "\n")
-    print(table)
+    report.save("plan_catalogue", plans, "\n".join(lines))
 
 
 if __name__ == "__main__":

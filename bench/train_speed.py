@@ -27,8 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
+import report
+
 HERE = Path(__file__).resolve().parent
-RESULTS = HERE / "results"
 PAX = str(Path(sys.executable).with_name("pax"))
 TARGET_SPEED, TARGET_FIRST_STEP = 0.98, 1.1
 
@@ -155,12 +156,12 @@ def bench_model(model: Model, rounds: int, peak_f32: float) -> dict:
     }
 
 
-def markdown(report: dict) -> str:
-    peaks = report["matmul_peak_flops_per_sec"]
+def markdown(summary: dict) -> str:
+    peaks = summary["matmul_peak_flops_per_sec"]
     lines = [
         "# Training speed: `pax train` vs a bare jit + optax loop",
         "",
-        f"{report['machine']}; one CPU device, float32; interleaved rounds; tokens/s is the "
+        f"{summary['machine']}; one CPU device, float32; interleaved rounds; tokens/s is the "
         "median interval between summaries, first step (compile included) the median round.",
         f"XLA matmul peak: float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, "
         f"bfloat16 {peaks['bfloat16'] / 1e9:,.1f} GFLOP/s. MFU is against the float32 peak.",
@@ -169,7 +170,7 @@ def markdown(report: dict) -> str:
         "bare first step (s) | pax first step (s) | ratio | bare peak MiB | pax peak MiB |",
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for m in report["models"]:
+    for m in summary["models"]:
         bare, pax = m["bare"], m["pax"]
         lines.append(
             f"| {m['model']} | {m['rounds']} | {bare['tokens_per_sec']:,.0f} | "
@@ -194,18 +195,14 @@ def main() -> None:
           f"bfloat16 {peaks['bfloat16'] / 1e9:,.1f} GFLOP/s", flush=True)
     models = [bench_model(MODELS[name], args.rounds or MODELS[name].rounds, peaks["float32"])
               for name in args.models.split(",")]
-    report = {
+    summary = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
         "matmul_peak_flops_per_sec": peaks,
         "models": models,
         "wall_sec": time.perf_counter() - started,
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "train_speed.json").write_text(json.dumps(report, indent=1))
-    table = markdown(report)
-    (RESULTS / "train_speed.md").write_text(table)
-    print(table)
-    print(f"({report['wall_sec']:.0f} s; written to {RESULTS})")
+    folder = report.save("train_speed", summary, markdown(summary))
+    print(f"({summary['wall_sec']:.0f} s; written to {folder})")
 
 
 if __name__ == "__main__":
