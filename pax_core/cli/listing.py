@@ -9,6 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from pax_core import API_VERSION, __version__
+from pax_core.loggers.console import format_value
 from pax_core.plugins.host import PluginHost
 
 _STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red",
@@ -103,7 +104,7 @@ def show_plan(result, as_json: bool) -> None:
         ("GiB per device: temporaries (compiled)", f"{result.temporaries_gib:.2f}"),
         ("GiB per device: total", f"{result.total_gib:.2f}"),
         (f"fits {result.hbm_gib:g} GiB per device", "yes" if result.fits else "NO"),
-        *((name.replace("_", " "), f"{value:.4g}" if isinstance(value, float) else str(value))
+        *((name.replace("_", " "), format_value(value) if isinstance(value, float) else str(value))
           for name, value in result.placement.items()),
     ]
     for what, value in rows:

@@ -160,13 +160,3 @@ class Partitioner(abc.ABC):
                 f"--set ICI_MESH_SHAPE=[1,{num_devices},1])"
             )
         return shape
-
-
-def placement(partitioner: Partitioner, batch_size: int) -> dict[str, Any]:
-    """The partitioner's ``describe`` facts, plus ``placement``: the same on one line (what the
-    console prints at the start of a run); empty when it has none."""
-    facts = partitioner.describe(batch_size)
-    if not facts:
-        return {}
-    line = ", ".join(f"{k}={f'{v:.4g}' if isinstance(v, float) else v}" for k, v in facts.items())
-    return {**facts, "placement": line}

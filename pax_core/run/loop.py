@@ -23,7 +23,7 @@ import jax
 from pax_core.checkpointers.base import Checkpointer
 from pax_core.errors import PaxError, RunError, warn
 from pax_core.loggers import LoggerGroup
-from pax_core.parallel.partitioner import placement
+from pax_core.loggers.console import format_value
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run
@@ -310,5 +310,15 @@ class TrainLoop:
             "learning_rate": train.learner.optimizer.learning_rate,
             "num_microbatches": train.learner.num_microbatches,
             **self.utilisation.settings(),
-            **placement(self.run.partitioner, self.run.train_input.batch_size),
+            **self._placement(),
         }
+
+    def _placement(self) -> dict[str, Any]:
+        """The partitioner's facts about this run (``describe``), and ``placement``: the same on
+        one line, which the console prints at the start."""
+        facts = self.run.partitioner.describe(self.run.train_input.batch_size)
+        if not facts:
+            return {}
+        line = ", ".join(f"{name}={format_value(value) if isinstance(value, float) else value}"
+                         for name, value in facts.items())
+        return {**facts, "placement": line}

@@ -241,14 +241,10 @@ class PipelinedExperiment:
     def decoder(self) -> fdl.Config[TransformerLm]:
         # Imported here: pax-pipeline is optional for pax-lm, and REQUIRED_PLUGINS has been
         # checked before an experiment builds its config.
-        from pax_pipeline import Pipeline
+        from pax_pipeline import Pipeline, experiment_settings
 
         config = super().decoder()
-        config.stack = fdl.Config(Pipeline, num_stages=self.NUM_STAGES,
-                                  num_microbatches=self.NUM_MICROBATCHES,
-                                  microbatch_size=self.MICROBATCH_SIZE,
-                                  circular_repeat=self.CIRCULAR_REPEAT,
-                                  stream_io=self.STREAM_IO)
+        config.stack = fdl.Config(Pipeline, **experiment_settings(self))
         return config
 
 

@@ -15,8 +15,9 @@ _EXPORTS = {
     "Pipeline": "pax_pipeline.layers",
     "PipelinedStack": "pax_pipeline.layers",
     "Schedule": "pax_pipeline.schedule",
+    "experiment_settings": "pax_pipeline.schedule",
 }
-__all__ = ["Pipeline", "PipelinedStack", "Schedule", "__version__"]
+__all__ = ["Pipeline", "PipelinedStack", "Schedule", "__version__", "experiment_settings"]
 
 
 def __getattr__(name: str) -> Any:

@@ -127,7 +127,6 @@ class PipelinedStack(nn.Module):
                 constrain_io=_constrain(io_axes, rules if s.stream_io else inner))
         return nn.with_logical_constraint(_join(out), activation)
 
-
     def _decode(self, layers: Any, x: jax.Array, positions: jax.Array,
                 decode_start: jax.Array | None) -> jax.Array:
         """Decoding feeds a few tokens at a time, nothing worth pipelining: the weights run as
@@ -156,8 +155,9 @@ def _constrain(names: tuple, rules: tuple):
 
 
 def _split(x: jax.Array, count: int) -> jax.Array:
-    """``[B, ...] -> [M, B / M, ...]``, microbatch ``m`` taking rows ``m, M + m, ...``, so every
-    device's rows stay on it (as the core splits microbatches)."""
+    """``[B, ...] -> [M, B / M, ...]``, microbatch ``m`` taking rows ``m, M + m, ...`` (as the
+    core splits microbatches), so every microbatch has rows of every batch shard: the
+    microbatch dimension is what the stages share, its rows what replica and data split."""
     return x.reshape(x.shape[0] // count, count, *x.shape[1:]).swapaxes(0, 1)
 
 

@@ -16,20 +16,14 @@ from typing import Any
 import jax
 
 from pax_core import Spmd, UsageError, axes
-from pax_pipeline.schedule import Schedule
+from pax_pipeline.schedule import Schedule, experiment_settings
 
 
 def experiment_schedule(experiment: Any) -> Schedule:
     """The schedule an experiment's Pax constants declare; a ``UsageError`` naming them when
     they are inconsistent."""
     try:
-        return Schedule(
-            num_stages=getattr(experiment, "NUM_STAGES", 1),
-            num_microbatches=getattr(experiment, "NUM_MICROBATCHES", None),
-            microbatch_size=getattr(experiment, "MICROBATCH_SIZE", None),
-            circular_repeat=getattr(experiment, "CIRCULAR_REPEAT", 1),
-            stream_io=bool(getattr(experiment, "STREAM_IO", False)),
-        )
+        return Schedule(**experiment_settings(experiment))
     except ValueError as e:
         raise UsageError(f"pipeline settings: {e}") from None
 

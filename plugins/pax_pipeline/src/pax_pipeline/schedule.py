@@ -125,6 +125,19 @@ class Schedule:
         }
 
 
+def experiment_settings(experiment: Any) -> dict[str, Any]:
+    """A ``Schedule``'s fields from an experiment's Pax constants: ``NUM_STAGES``,
+    ``NUM_MICROBATCHES``, ``MICROBATCH_SIZE``, ``CIRCULAR_REPEAT``, ``STREAM_IO``. The one
+    reading of them, for the model's ``Pipeline`` and for the partitioner alike."""
+    return {
+        "num_stages": getattr(experiment, "NUM_STAGES", 1),
+        "num_microbatches": getattr(experiment, "NUM_MICROBATCHES", None),
+        "microbatch_size": getattr(experiment, "MICROBATCH_SIZE", None),
+        "circular_repeat": getattr(experiment, "CIRCULAR_REPEAT", 1),
+        "stream_io": bool(getattr(experiment, "STREAM_IO", False)),
+    }
+
+
 def to_stages(layers: Any, schedule: Schedule) -> Any:
     """Stored layer weights -> per-stage weights ``[S, R x layers_per_group, ...]``.
 
