@@ -1,5 +1,5 @@
-"""Sessions: `tests` and `plugin_kit` (CI), `tests_newest` (Python 3.12, newest jax), `lint`,
-`bench`."""
+"""Sessions: `tests`, `plugin_kit` and `seqio` (CI), `tests_newest` (Python 3.12, newest jax),
+`lint`, `bench`."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
-            "-e", "pax_lm[corpus]", "-e", "tests/plugins/pax_testplugin"]
+            "-e", "pax_lm[corpus,parquet]", "-e", "tests/plugins/pax_testplugin"]
 
 
 def _interpreter(version: str) -> str | None:
@@ -85,6 +85,19 @@ def plugin_kit(session: nox.Session) -> None:
     session.run(f"{user}/pax", "train", "--plugin", "lm", "--exp", "TinyLmForTests",
                 "--job-dir", os.path.join(tmp, "lm_job"), "--set", "NUM_TRAIN_STEPS=20",
                 external=True, env=env)
+
+
+@nox.session
+def seqio(session: nox.Session) -> None:
+    """pax-seqio in an environment of its own, since SeqIO pulls TensorFlow: its tests,
+    including a `pax train` of pax-lm's tiny model on a SeqIO task (about 4 minutes on 2 cores,
+    the installation included). No other session installs pax-seqio."""
+    session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
+                    "-e", "plugins/pax_seqio")
+    session.run("python", "-m", "pip", "check")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_seqio/tests",
+                *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 
 @nox.session

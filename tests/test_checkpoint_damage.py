@@ -102,6 +102,20 @@ def test_an_input_position_that_does_not_fit_falls_back(job, checksummed):
     assert named in result.stderr
 
 
+def test_an_input_that_refuses_its_position_for_a_reason_stops_with_it():
+    """An input's own UsageError (a position saved by another process count, say) is the
+    user's to act on: the run stops with it, and no checkpoint is marked damaged."""
+    from pax_core import SyntheticInput, UsageError
+    from pax_core.run.build import _set_input_position
+
+    class Refusing(SyntheticInput):
+        def set_state(self, state):
+            raise UsageError("saved by 2 processes, this run has 1")
+
+    with pytest.raises(UsageError, match="saved by 2 processes"):
+        _set_input_position(Refusing(), {"index": 3})
+
+
 def test_an_empty_newer_step_folder_falls_back(job):
     (job / "checkpoints" / "35").mkdir()
     _assert_resumed_from(_train(job, 40), 30, damaged=35)

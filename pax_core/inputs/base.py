@@ -62,6 +62,11 @@ class Input(abc.ABC):
         return [np.random.default_rng([self.seed, index, row])
                 for row in range(first, first + self.local_batch_size)]
 
+    def check(self) -> None:
+        """Look at the data now: the run calls this for every input after ``shard`` and before
+        it writes anything, so that a missing or bad source stops it at once (planning a run
+        skips it). Inputs that open their data lazily override it; raise ``UsageError``."""
+
     @abc.abstractmethod
     def get_next(self) -> dict[str, np.ndarray]:
         """The next local batch; raises ``StopIteration`` when a finite input is exhausted."""

@@ -149,9 +149,12 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
 
 def _set_input_position(data: Input, position: dict[str, Any]) -> None:
     """Continue ``data`` from a checkpoint's saved position; one it cannot take makes the
-    checkpoint damaged (it cannot resume where it stopped)."""
+    checkpoint damaged (it cannot resume where it stopped), unless the input says why with a
+    ``PaxError`` (a usage error stops the run, the checkpoints untouched)."""
     try:
         data.set_state(position)
+    except PaxError:  # the input's own verdict (another process count, say): the user's to act on
+        raise
     except Exception as e:
         what = first_line(e)
         raise DamagedCheckpoint(f"its saved input position does not fit input '{data.name}' "
@@ -195,8 +198,9 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
               read_data: bool = True) -> Run:
     """Build the job's objects, the mesh and the shardings; allocate nothing on devices yet.
 
-    With ``read_data`` the training input reads its first batch now, so that missing or bad
-    data is reported before anything is written; planning a run skips it.
+    With ``read_data`` every input checks its data (``Input.check``) and the training input
+    reads its first batch now, so that missing or bad data is reported before anything is
+    written; planning a run skips both.
     """
     job = resolved.build()
     exp = resolved.experiment
@@ -207,6 +211,8 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     for data in job.datasets:
         partitioner.check_batch_size(data.name, data.batch_size)
         data.shard(jax.process_index(), jax.process_count())
+        if read_data:
+            _ask(host, data, data.check)
     train_input = next(d for d in job.datasets if d.is_training)
     eval_inputs = [d for d in job.datasets if not d.is_training]
     _check_early_stopping(resolved.name, job.task.train.early_stopping, eval_inputs)
@@ -237,7 +243,8 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
 
 
 def _ask(host: PluginHost, data: Input, question: Any) -> dict[str, Any]:
-    """A local batch (or its shapes) from ``data``; its failures are reported against it."""
+    """A local batch (or its shapes, or a check) from ``data``; its failures are reported
+    against it."""
     try:
         return question()
     except StopIteration:

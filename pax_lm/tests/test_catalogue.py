@@ -119,7 +119,7 @@ def test_c4_builds_without_data_and_says_what_is_missing_when_read(host, tmp_pat
     model.write_bytes(b"")
     with pytest.raises(UsageError, match="C4_DATA_DIR: no such folder"):
         _first_batch_of(host, f"C4_SPM_MODEL='{model}'", "C4_DATA_DIR='/nonexistent/c4'")
-    with pytest.raises(UsageError, match=r"has no c4-train\.\*\.json\* files"):
+    with pytest.raises(UsageError, match=r"has neither TFDS's c4-train\.array_record"):
         _first_batch_of(host, f"C4_SPM_MODEL='{model}'", f"C4_DATA_DIR='{tmp_path}'")
 
 

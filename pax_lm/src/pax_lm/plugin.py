@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.0,<2"
+PAX_API = ">=1.4,<2"
 
 
 @hookimpl
@@ -16,7 +16,10 @@ def pax_register_models():
 @hookimpl
 def pax_register_inputs():
     return [Component("text", "pax_lm.inputs.text:TextInput",
-                      "text files, JSONL or a folder, tokenized and packed")]
+                      "text files, JSONL or a folder, tokenized and packed"),
+            Component("tokens", "pax_lm.inputs.tokens:TokensInput",
+                      "prepared token datasets (pax data prepare) and mixtures of them, "
+                      "streamed through grain")]
 
 
 @hookimpl
@@ -25,6 +28,8 @@ def pax_register_commands():
         Component("decode", "pax_lm.commands.decode:app",
                   "continue a prompt from a trained LM job"),
         Component("tokenizer", "pax_lm.commands.tokenizer:app", "train a SentencePiece tokenizer"),
+        Component("data", "pax_lm.commands.data:app",
+                  "prepare token datasets (ArrayRecord shards) and inspect them"),
     ]
 
 

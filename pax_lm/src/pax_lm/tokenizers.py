@@ -14,6 +14,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import hashlib
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any, ClassVar
@@ -42,6 +43,17 @@ class Tokenizer(abc.ABC):
     @property
     @abc.abstractmethod
     def eos_id(self) -> int: ...
+
+    @property
+    @abc.abstractmethod
+    def name(self) -> str:
+        """How a command line names it (``tokenizer_from_path`` reads it back)."""
+
+    @property
+    @abc.abstractmethod
+    def fingerprint(self) -> str:
+        """What identifies the ids it gives: equal for copies of one model wherever they lie,
+        different for another model (prepared datasets record it)."""
 
     @abc.abstractmethod
     def encode(self, text: str) -> list[int]:
@@ -73,6 +85,8 @@ class ByteTokenizer(Tokenizer):
     bos_id: ClassVar[int] = 1
     eos_id: ClassVar[int] = 2
     _OFFSET: ClassVar[int] = 3
+    name: ClassVar[str] = "bytes"
+    fingerprint: ClassVar[str] = "bytes"
 
     def encode(self, text: str) -> list[int]:
         return self._encode(text).tolist()
@@ -94,6 +108,11 @@ def _existing_file(path: str, what: str) -> str:
     return path
 
 
+def _file_digest(path: str, what: str) -> str:
+    with open(_existing_file(path, what), "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()[:16]
+
+
 @dataclasses.dataclass(frozen=True)
 class SentencePieceTokenizer(Tokenizer):
     """A SentencePiece ``.model`` file (one from ``train_sentencepiece``, or a pretrained one).
@@ -104,6 +123,14 @@ class SentencePieceTokenizer(Tokenizer):
     """
 
     model_path: str
+
+    @property
+    def name(self) -> str:
+        return self.model_path
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        return "sentencepiece:" + _file_digest(self.model_path, "SentencePiece model")
 
     @functools.cached_property
     def _processor(self) -> Any:
@@ -166,6 +193,15 @@ class HfTokenizer(Tokenizer):
     _EOS_NAMES: ClassVar[tuple[str, ...]] = ("</s>", "<|endoftext|>", "<eos>", "<|end_of_text|>")
     _BOS_NAMES: ClassVar[tuple[str, ...]] = ("<s>", "<bos>", "<|begin_of_text|>")
     _PAD_NAMES: ClassVar[tuple[str, ...]] = ("<pad>", "[PAD]")
+
+    @property
+    def name(self) -> str:
+        return self.json_path
+
+    @functools.cached_property
+    def fingerprint(self) -> str:
+        digest = _file_digest(self.json_path, "tokenizer JSON")
+        return f"hf:{digest}:{self.pad_id}:{self.bos_id}:{self.eos_id}"
 
     @functools.cached_property
     def _tokenizer(self) -> Any:

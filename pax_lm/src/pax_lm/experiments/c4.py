@@ -17,18 +17,21 @@ from pax_lm.inputs.c4 import C4Input
 
 
 class C4UnsupervisedDataset:
-    """Mixin: C4 train (packed, concatenated and split, seed 9876) and validation (unpacked,
-    seed 4321), tokenized with Pax's C4 SentencePiece model."""
+    """Mixin: C4 train (concatenated and split, seed 9876, read by ``INPUT_WORKERS``
+    processes) and validation (seed 4321, every document once), tokenized with Pax's C4
+    SentencePiece model."""
 
     C4_DATA_DIR: str | None = None
     C4_SPM_MODEL: str | None = None
+    INPUT_WORKERS = 1
 
     def datasets(self) -> list[fdl.Config[C4Input]]:
         common = dict(data_dir=self.C4_DATA_DIR, spm_model=self.C4_SPM_MODEL,
                       seq_len=self.MAX_SEQ_LEN)
         return [
             fdl.Config(C4Input, name="train", c4_split="train", is_training=True, seed=9876,
-                       batch_size=self.global_batch_size(), **common),
+                       batch_size=self.global_batch_size(), num_workers=self.INPUT_WORKERS,
+                       **common),
             fdl.Config(C4Input, name="validation", c4_split="validation", is_training=False,
                        seed=4321, batch_size=self.global_batch_size(), eval_num_batches=-1,
                        **common),

@@ -1,27 +1,37 @@
 """Small language models that train on a laptop CPU: the quick start and the tests' models.
 
 Both read the default corpus (the King James Bible, from ``pax-lm[corpus]``) as UTF-8 bytes, so
-they need no tokenizer file and no data download.
+they need no tokenizer file and no data download; or the user's text (``CORPUS_PATH``), or
+datasets prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``).
 """
 
 from __future__ import annotations
 
 import fiddle as fdl
 
+from pax_core import UsageError
 from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
+from pax_lm.inputs.tokens import TokensInput
 from pax_lm.tokenizers import ByteTokenizer
 
 
 class TextCorpusDataset:
     """Mixin: ``CORPUS_PATH`` (None: the default corpus) as bytes, packed into rows, with a
-    held-out split for eval."""
+    held-out split for eval; or, with ``TRAIN_DATA`` (a prepared dataset, or {path: weight}
+    for a mixture), prepared datasets streamed by ``INPUT_WORKERS`` processes, evaluated on all
+    of ``EVAL_DATA`` (if given)."""
 
     CORPUS_PATH: str | None = None
     EVAL_BATCHES = 4
+    TRAIN_DATA: str | dict[str, float] | None = None
+    EVAL_DATA: str | None = None
+    INPUT_WORKERS = 0
 
-    def datasets(self) -> list[fdl.Config[TextInput]]:
+    def datasets(self) -> list[fdl.Config[TextInput] | fdl.Config[TokensInput]]:
+        if self.TRAIN_DATA is not None:
+            return self._prepared_datasets()
         common = dict(path=self.CORPUS_PATH, tokenizer=fdl.Config(ByteTokenizer),
                       seq_len=self.MAX_SEQ_LEN, batch_size=self.global_batch_size())
         return [
@@ -30,6 +40,20 @@ class TextCorpusDataset:
             fdl.Config(TextInput, name="heldout", split="eval", is_training=False, seed=4321,
                        eval_num_batches=self.EVAL_BATCHES, **common),
         ]
+
+    def _prepared_datasets(self) -> list[fdl.Config[TokensInput]]:
+        if self.CORPUS_PATH is not None:
+            raise UsageError("give CORPUS_PATH (text) or TRAIN_DATA (prepared datasets), not both")
+        common = dict(tokenizer=fdl.Config(ByteTokenizer), seq_len=self.MAX_SEQ_LEN,
+                      batch_size=self.global_batch_size())
+        source = (dict(mixture=dict(self.TRAIN_DATA)) if isinstance(self.TRAIN_DATA, dict)
+                  else dict(path=self.TRAIN_DATA))
+        train = fdl.Config(TokensInput, name="train", is_training=True, seed=1234,
+                           num_workers=self.INPUT_WORKERS, **source, **common)
+        if self.EVAL_DATA is None:
+            return [train]
+        return [train, fdl.Config(TokensInput, name="heldout", path=self.EVAL_DATA,
+                                  is_training=False, eval_num_batches=-1, **common)]
 
 
 @size("quickstart")

@@ -6,17 +6,10 @@ corpus too small for one batch) stops ``pax train`` before anything is written. 
 over the row indices then gives seeded shuffling, repetition, the per-process shard and the
 position to checkpoint; it is built on first use, after the core's ``shard`` call.
 
-Each document is tokenized as ``[bos, *text, eos]``. Two layouts:
-
-* ``pack``: a document longer than a row is split into pieces of ``seq_len`` predictions; pieces
-  are packed first-fit (over the last few open rows, so the cost stays linear) into rows, each a
-  segment of its own (``segment_ids`` 1, 2, ... and ``segment_pos`` from 0), so that no token
-  attends across documents.
-* ``concat``: all documents as one token stream cut into rows of ``seq_len`` predictions; a row
-  is one segment and may span documents.
-
-A row of ``seq_len`` predictions holds ``seq_len + 1`` tokens: consecutive pieces overlap by one
-token, so every next-token prediction of the stream is trained exactly once.
+Each document is tokenized as ``[bos, *text, eos]`` and laid out as ``pax_lm.inputs.packing``
+describes (``pack``: first-fit, a segment per piece; ``concat``: one stream cut into rows), here
+for the whole split at once. For corpora too large for memory, prepare them (``pax data
+prepare``) and read them with ``pax_lm.inputs.tokens.TokensInput``.
 
 Global batch ``k`` is rows ``k*batch_size ... (k+1)*batch_size-1`` of the (shuffled) row stream
 whatever the process count, and process ``p`` takes every ``process_count``-th of them; so the
@@ -35,22 +28,19 @@ from collections.abc import Sequence
 from typing import Any
 
 import grain
-import jax
 import numpy as np
 
-from pax_core import Input, UsageError
+from pax_core import UsageError
+from pax_lm.inputs.base import LmInput
 from pax_lm.inputs.corpus import default_corpus, read_documents
-from pax_lm.tokenizers import ByteTokenizer, Tokenizer
+from pax_lm.inputs.packing import cut_pieces, first_fit
+from pax_lm.tokenizers import Tokenizer
 
-PACKINGS = ("pack", "concat")
 SPLITS = ("train", "eval")
-# Rows still open for more pieces while packing: enough to fill most gaps, few enough to keep
-# packing linear in the number of pieces.
-_OPEN_ROWS = 8
 
 
 @dataclasses.dataclass
-class TextInput(Input):
+class TextInput(LmInput):
     """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
     (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
     or ``.jsonl`` file or a folder of them, see ``pax_lm.inputs.corpus.read_documents``).
@@ -64,17 +54,11 @@ class TextInput(Input):
 
     path: str | None = None
     text_key: str = "text"
-    tokenizer: Any = dataclasses.field(default_factory=ByteTokenizer)
-    seq_len: int = 256
-    packing: str = "pack"
     split: str = "train"
     eval_fraction: float = 0.02
-    shuffle: bool | None = None
-    repeat: bool | None = None
 
     def __post_init__(self):
         super().__post_init__()
-        self._check_fields()
         self._loaded: tuple[dict[str, np.ndarray], int] | None = None
         self._iterator = None
 
@@ -85,6 +69,9 @@ class TextInput(Input):
             self._loaded = self._load()
         return self._loaded
 
+    def check(self) -> None:
+        self._data()
+
     @property
     def _rows(self) -> dict[str, np.ndarray]:
         return self._data()[0]
@@ -93,11 +80,6 @@ class TextInput(Input):
     def num_rows(self) -> int:
         """Rows of text (padding rows aside)."""
         return self._data()[1]
-
-    def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
-        shape = (self.local_batch_size, self.seq_len)
-        return {k: jax.ShapeDtypeStruct(shape, np.float32 if k == "weights" else np.int32)
-                for k in ("ids", "labels", "segment_ids", "segment_pos", "weights")}
 
     def _load(self) -> tuple[dict[str, np.ndarray], int]:
         documents = self._documents()
@@ -117,21 +99,14 @@ class TextInput(Input):
         return (rows if self._repeats else self._padded_to_whole_batches(rows)), text_rows
 
     def _check_fields(self) -> None:
+        super()._check_fields()
         where = f"input '{self.name}'"
-        if self.seq_len < 2:
-            raise UsageError(f"{where}: seq_len must be >= 2, got {self.seq_len}")
-        if self.packing not in PACKINGS:
-            raise UsageError(f"{where}: packing must be one of {', '.join(PACKINGS)}, "
-                             f"got {self.packing!r}")
         if self.split not in SPLITS:
             raise UsageError(f"{where}: split must be one of {', '.join(SPLITS)}, "
                              f"got {self.split!r}")
         if not 0 <= self.eval_fraction < 1 or (self.eval_fraction == 0 and self.split == "eval"):
             raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
                              f"split 'train' only), got {self.eval_fraction}")
-        if not isinstance(self.tokenizer, Tokenizer):
-            raise UsageError(f"{where}: tokenizer must be a pax_lm.tokenizers.Tokenizer, "
-                             f"got {type(self.tokenizer).__name__}")
 
     def _source(self) -> str:
         return self.path if self.path is not None else "the default corpus"
@@ -140,14 +115,6 @@ class TextInput(Input):
         if self.path is None:
             return default_corpus()
         return read_documents(self.path, self.text_key)
-
-    @property
-    def _shuffles(self) -> bool:
-        return self.is_training if self.shuffle is None else self.shuffle
-
-    @property
-    def _repeats(self) -> bool:
-        return self.is_training if self.repeat is None else self.repeat
 
     def _padded_to_whole_batches(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = -len(rows["ids"]) % self.batch_size
@@ -223,10 +190,10 @@ def _make_rows(documents: Sequence[np.ndarray], tokenizer: Tokenizer, seq_len: i
     stream = np.concatenate([part for doc in documents for part in (bos, doc, eos)])
     if packing == "pack":
         lengths = np.array([len(doc) + 2 for doc in documents])
-        piece_start, piece_len = _pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
-        row, offset, segment = _pack(piece_len, seq_len)
+        piece_start, piece_len = cut_pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
+        row, offset, segment = first_fit(piece_len, seq_len)
     else:  # the stream as one run: a row per piece, one segment each
-        piece_start, piece_len = _pieces(np.array([0]), np.array([len(stream)]), seq_len)
+        piece_start, piece_len = cut_pieces(np.array([0]), np.array([len(stream)]), seq_len)
         row = np.arange(len(piece_len))
         offset, segment = np.zeros_like(row), np.ones_like(row)
     # One entry per prediction: its piece, its place in the piece, its cell in the flat rows.
@@ -242,36 +209,3 @@ def _make_rows(documents: Sequence[np.ndarray], tokenizer: Tokenizer, seq_len: i
     rows["segment_ids"][cell] = segment[piece]
     rows["segment_pos"][cell] = pos
     return {k: v.reshape(-1, seq_len) for k, v in rows.items()}
-
-
-def _pieces(starts: np.ndarray, lengths: np.ndarray, seq_len: int
-            ) -> tuple[np.ndarray, np.ndarray]:
-    """Each run of ``lengths[i]`` tokens from ``starts[i]`` cut into pieces of at most
-    ``seq_len`` predictions: the pieces' first tokens and prediction counts."""
-    predictions = lengths - 1
-    count = -(-predictions // seq_len)
-    run = np.repeat(np.arange(len(starts)), count)
-    k = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
-    return starts[run] + k * seq_len, np.minimum(seq_len, predictions[run] - k * seq_len)
-
-
-def _pack(piece_len: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """First-fit packing of pieces, in order, over the last ``_OPEN_ROWS`` rows that have room:
-    each piece's row, column and segment number (1-based within the row)."""
-    row, offset, segment = (np.empty(len(piece_len), np.int64) for _ in range(3))
-    open_rows: list[list[int]] = []  # [row, used, segments]
-    num_rows = 0
-    for i, length in enumerate(piece_len.tolist()):
-        slot = next((s for s in open_rows if s[1] + length <= seq_len), None)
-        if slot is None:
-            slot = [num_rows, 0, 0]
-            num_rows += 1
-            open_rows.append(slot)
-        row[i], offset[i], segment[i] = slot[0], slot[1], slot[2] + 1
-        slot[1] += length
-        slot[2] += 1
-        if slot[1] == seq_len:
-            open_rows.remove(slot)
-        elif len(open_rows) > _OPEN_ROWS:
-            open_rows.pop(0)
-    return row, offset, segment

@@ -1,0 +1,106 @@
+"""``pax data``: prepare token datasets from text, and look inside one.
+
+Mistakes (a missing source, an output that holds something else, a damaged dataset) raise
+``UsageError``: one line, exit code 2, nothing written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="Prepare and inspect token datasets (ArrayRecord shards).",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  rich_markup_mode=None)
+
+
+@app.command()
+def prepare(
+    source: Annotated[Path, typer.Argument(
+        help="A file or a folder (searched recursively) of .txt, .jsonl, .jsonl.gz, .json.gz, "
+             ".parquet or TFDS .array_record files.")],
+    output: Annotated[Path, typer.Option("--output", help="The dataset directory to write.")],
+    tokenizer: Annotated[str, typer.Option(
+        help="'bytes', a SentencePiece .model file or a Hugging Face .json file.")] = "bytes",
+    field: Annotated[str, typer.Option(
+        help="The text field of JSON lines, the column of Parquet, the feature of TFDS "
+             "records.")] = "text",
+    pattern: Annotated[str | None, typer.Option(
+        help="Only files whose name matches this glob ('c4-train.*').")] = None,
+    workers: Annotated[int | None, typer.Option(
+        help="Tokenizing processes (default: one per CPU; 0: in this process).")] = None,
+    shard_mb: Annotated[float, typer.Option(help="Megabytes of text per shard.")] = 32.0,
+) -> None:
+    """Tokenize SOURCE into ArrayRecord shards with an index and metadata; run the same command
+    again to resume an interrupted preparation (complete shards are kept)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from pax_lm.data.prepare import prepare as run_prepare
+
+    console = Console(stderr=True)
+    columns = (TextColumn("preparing"), BarColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[counts]}"))
+    seen = {"documents": 0, "tokens": 0}
+    with Progress(*columns, console=console, disable=not console.is_terminal) as progress:
+        task = progress.add_task("prepare", total=None, counts="")
+
+        def on_shard(record: dict[str, Any], seconds: float) -> None:
+            seen["documents"] += record["documents"]
+            seen["tokens"] += record["tokens"]
+            progress.update(task, counts=_rates(seen, seconds))
+
+        metadata = run_prepare(source, output, tokenizer, field, pattern, workers, shard_mb,
+                               on_shard=on_shard)
+    typer.echo(f"prepared {metadata['documents']:,} documents, {metadata['tokens']:,} tokens in "
+               f"{len(metadata['shards'])} shards: {output}")
+
+
+def _rates(seen: dict[str, int], seconds: float) -> str:
+    seconds = max(seconds, 1e-9)
+    return (f"{seen['documents']:,} documents ({seen['documents'] / seconds:,.0f}/s), "
+            f"{seen['tokens']:,} tokens ({seen['tokens'] / seconds:,.0f}/s)")
+
+
+@app.command()
+def inspect(
+    directory: Annotated[Path, typer.Argument(help="A prepared dataset directory.")],
+    records: Annotated[int, typer.Option(help="How many documents to decode.")] = 3,
+    chars: Annotated[int, typer.Option(help="Characters shown of each.")] = 200,
+) -> None:
+    """Print a prepared dataset's counts, tokenizer and sources, and decode a few documents."""
+    import numpy as np
+
+    from pax_lm.data.shards import PreparedDataset
+    data = PreparedDataset.open(directory)
+    lengths = np.asarray(data.index)
+    tok = data.tokenizer
+    typer.echo(f"{directory}: {data.num_documents:,} documents, {data.num_tokens:,} tokens, "
+               f"{len(data.shards)} shards ({sum(s.bytes for s in data.shards):,} bytes)")
+    typer.echo(f"tokenizer {tok['name']} (vocabulary {tok['vocab_size']:,}, {tok['fingerprint']}),"
+               f" tokens stored as {data.dtype.name}")
+    typer.echo(f"document tokens: mean {lengths.mean():,.1f}, median {np.median(lengths):,.0f}, "
+               f"max {lengths.max():,}")
+    for source in data.metadata["sources"]:
+        typer.echo(f"source {source['path']} ({source['bytes']:,} bytes, sha256 "
+                   f"{source['sha256'][:16]})")
+    shown = list(range(min(records, data.num_documents)))
+    decode = _decoder(tok)
+    for number, ids in zip(shown, data.tokens(shown), strict=True):
+        text = decode(ids) if decode else " ".join(map(str, ids[:chars // 4]))
+        typer.echo(f"[{number}] {len(ids)} tokens: {text[:chars]!r}")
+
+
+def _decoder(recorded: dict[str, Any]) -> Any:
+    """The decode function of the dataset's tokenizer, None where its model file is gone or
+    changed (the ids are shown instead)."""
+    from pax_core import UsageError
+    from pax_lm.tokenizers import tokenizer_from_path
+
+    try:
+        tokenizer = tokenizer_from_path(recorded["name"])
+        return tokenizer.decode if tokenizer.fingerprint == recorded["fingerprint"] else None
+    except UsageError:
+        return None

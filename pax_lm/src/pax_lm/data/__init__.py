@@ -1,0 +1,1 @@
+"""Prepared datasets: reading sources, writing and reading token shards (``pax data``)."""

@@ -1,0 +1,304 @@
+"""Language-model batches streamed from prepared token datasets (``pax data prepare``).
+
+Nothing is loaded up front: a run of any size needs the datasets' index files (4 bytes a
+document, memory-mapped) and the tokens of the batches in flight. The pipeline, in grain:
+
+1. **Documents.** Each dataset's document numbers as a grain ``MapDataset``: shuffled globally
+   with a seed (a new order every epoch), repeated for training, and, for a mixture, mixed by
+   weight (``MapDataset.mix``: dataset ``d`` supplies ``weights[d] / sum(weights)`` of the
+   documents).
+2. **Rows.** ``pax_lm.inputs.packing`` plans rows of ``seq_len`` from document lengths alone
+   (first-fit packing with segment ids and positions, or concatenation), and groups them into
+   global batches. Every process plans every global batch; this costs index reads only.
+3. **Tokens.** Process ``p`` reads the tokens of rows ``[p * local, (p + 1) * local)`` of each
+   global batch and nothing else. With ``num_workers`` > 0 (training), grain's ``mp_prefetch``
+   runs the pipeline in worker processes, worker ``w`` assembling global batches ``w, w + W,
+   ...``: the batches are the same for any number of workers.
+
+The position saved in checkpoints is the planner's (a pair of integers) and the number of batches
+read: it is the same on every process and means the same rows whatever the process count, so a
+resume continues on the exact next batch, also with another number of processes.
+
+A finite input (evaluation) ends with ``StopIteration`` after a last batch filled with empty rows
+(weight 0), so an evaluation counts every token once whatever the batch size and process count.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import grain
+import numpy as np
+
+from pax_core import UsageError
+from pax_lm.data.shards import PreparedDataset
+from pax_lm.inputs.base import LmInput
+from pax_lm.inputs.packing import Position, Row, RowPlanner, rows_per_batch
+
+_POSITION = "_position"
+
+
+@dataclasses.dataclass
+class TokensInput(LmInput):
+    """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
+    (each ``[local batch, seq_len]``) from one prepared dataset (``path``) or a weighted
+    mixture of several (``mixture``: {path: weight}).
+
+    ``tokenizer`` is the experiment's: the datasets must have been prepared with it.
+    ``shuffle`` and ``repeat`` default to ``is_training``; ``num_workers`` prefetching processes
+    serve a repeating input (0: this process reads).
+    """
+
+    path: str | None = None
+    mixture: dict[str, float] | None = None
+    num_workers: int = 0
+
+    def __post_init__(self):
+        super().__post_init__()
+        self._iterator: Iterator[dict[str, np.ndarray]] | None = None
+        self._opened: _Sources | None = None
+        self._state = self.initial_state()
+
+    def _check_fields(self) -> None:
+        super()._check_fields()
+        where = f"input '{self.name}'"
+        if self.path is not None and self.mixture is not None:
+            raise UsageError(f"{where}: give one of path (a prepared dataset) and mixture "
+                             f"({{path: weight}}), not both")
+        if self.mixture is not None:
+            if not self.mixture:
+                raise UsageError(f"{where}: the mixture is empty; give {{path: weight}}")
+            weights = list(self.mixture.values())
+            if any(not isinstance(w, int | float) or w < 0 for w in weights) or sum(weights) <= 0:
+                raise UsageError(f"{where}: mixture weights must be numbers >= 0 with a "
+                                 f"positive sum, got {weights}")
+            if not self._repeats:
+                raise UsageError(f"{where}: a mixture is drawn from forever, so it cannot be a "
+                                 f"finite input; evaluate each dataset on its own")
+        if self.num_workers < 0:
+            raise UsageError(f"{where}: num_workers must be >= 0, got {self.num_workers}")
+
+    def _open_datasets(self) -> list[TokenSource]:
+        """The datasets to read, opened and checked (subclasses find them elsewhere)."""
+        if self.path is None and self.mixture is None:
+            raise UsageError(f"input '{self.name}': give path (a prepared dataset) or mixture "
+                             f"({{path: weight}})")
+        datasets = []
+        for path in [self.path] if self.path is not None else list(self.mixture):
+            data = PreparedDataset.open(path)
+            data.check_tokenizer(self.tokenizer.name, self.tokenizer.fingerprint)
+            datasets.append(data)
+        return datasets
+
+    def _sources(self) -> _Sources:
+        """The datasets, opened and checked on first use (building a config reads nothing)."""
+        if self._opened is not None:
+            return self._opened
+        datasets = self._open_datasets()
+        weights = [1.0] if self.mixture is None else [float(w) for w in self.mixture.values()]
+        self._opened = _Sources(datasets, weights, self.tokenizer.bos_id,
+                                self.tokenizer.eos_id, self.tokenizer.pad_id)
+        return self._opened
+
+    def shard(self, process_index: int, process_count: int) -> None:
+        super().shard(process_index, process_count)
+        self._close()
+
+    def check(self) -> None:
+        """Open the datasets: their files, sizes and tokenizer are checked on opening."""
+        self._sources()
+
+    def peek(self) -> dict[str, np.ndarray]:
+        batch = dict(next(iter(self._batches(self._state, workers=False))))
+        batch.pop(_POSITION)
+        return batch
+
+    def _batches(self, state: dict[str, Any], workers: bool = True) -> grain.IterDataset:
+        sources = self._sources()
+        rows = slice(self.process_index * self.local_batch_size,
+                     (self.process_index + 1) * self.local_batch_size)
+        batches = PlannedBatches(sources, sources.documents(self.seed, self._shuffles,
+                                                            self._repeats),
+                                 self.seq_len, self.packing, self.batch_size, rows,
+                                 tuple(state["position"]), state["batches"])
+        if workers and self.num_workers and self._repeats:
+            _absl_flags_parsed()
+            batches = batches.mp_prefetch(grain.MultiprocessingOptions(
+                num_workers=self.num_workers, per_worker_buffer_size=2))
+        return batches
+
+    def get_next(self) -> dict[str, np.ndarray]:
+        if self._iterator is None:
+            self._iterator = iter(self._batches(self._state))
+        batch = dict(next(self._iterator))
+        position = batch.pop(_POSITION)
+        self._state = {"position": [int(position[0]), int(position[1])],
+                       "batches": int(position[2])}
+        return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return dict(self._state)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        position = state.get("position") if isinstance(state, dict) else None
+        if (not isinstance(position, list | tuple) or len(position) != 2
+                or not isinstance(state.get("batches"), int)):
+            raise ValueError(f"not a position of a token input: {state!r}")
+        self._close()
+        self._state = {"position": [int(p) for p in position], "batches": state["batches"]}
+
+    def initial_state(self) -> dict[str, Any]:
+        return {"position": [0, 0], "batches": 0}
+
+    def _close(self) -> None:
+        close = getattr(self._iterator, "close", None)
+        if close is not None:
+            close()  # mp_prefetch's worker processes
+        self._iterator = None
+
+
+class TokenSource(Protocol):
+    """What the input reads of a dataset: ``pax_lm.data.shards.PreparedDataset``, or a text
+    dataset tokenized as it is read (``pax_lm.data.tfds.TfdsText``)."""
+
+    num_documents: int
+
+    def lengths(self, documents: np.ndarray) -> np.ndarray:
+        """Token counts of ``documents``."""
+
+    def tokens(self, documents: list[int]) -> list[np.ndarray]:
+        """Token ids of ``documents``."""
+
+
+class _Sources:
+    """The datasets of an input: documents to plan with, lengths and tokens to read."""
+
+    def __init__(self, datasets: list[TokenSource], weights: list[float], bos: int,
+                 eos: int, pad: int):
+        self.datasets, self.weights = datasets, weights
+        self.bos, self.eos, self.pad = bos, eos, pad
+
+    def documents(self, seed: int, shuffle: bool, repeat: bool) -> grain.MapDataset:
+        """The stream of (dataset, document) pairs."""
+        streams = []
+        for number, data in enumerate(self.datasets):
+            docs = grain.MapDataset.range(data.num_documents)
+            if shuffle:
+                docs = docs.shuffle(seed=(seed + number) % 2**32)
+            if repeat:
+                docs = docs.repeat()
+            streams.append(docs.map(functools.partial(_pair, number)))
+        if len(streams) == 1:
+            return streams[0]
+        return grain.MapDataset.mix(streams, self.weights)
+
+    def lengths(self, pairs: list[tuple[int, int]]) -> np.ndarray:
+        numbers = np.array(pairs, np.int64).reshape(-1, 2)
+        out = np.empty(len(numbers), np.int64)
+        for number, data in enumerate(self.datasets):
+            mine = numbers[:, 0] == number
+            if mine.any():
+                out[mine] = data.lengths(numbers[mine, 1])
+        return out
+
+    def sequences(self, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], np.ndarray]:
+        """``[bos, *tokens, eos]`` of each (dataset, document) pair."""
+        out = {}
+        for number, data in enumerate(self.datasets):
+            docs = sorted(d for s, d in pairs if s == number)
+            for doc, ids in zip(docs, data.tokens(docs) if docs else [], strict=True):
+                out[number, doc] = np.concatenate([[self.bos], ids, [self.eos]]).astype(np.int32)
+        return out
+
+
+def _absl_flags_parsed() -> None:
+    """grain's worker processes read absl flags, which only absl's own ``app.run`` parses."""
+    from absl import flags
+
+    if not flags.FLAGS.is_parsed():
+        flags.FLAGS.mark_as_parsed()
+
+
+def _pair(number: int, document: int) -> tuple[int, int]:
+    return number, int(document)
+
+
+class PlannedBatches(grain.IterDataset):
+    """This process's rows of each global batch from ``start`` on, each batch carrying the
+    position after it (``_position``: planner position and batch count). Sliced by
+    ``mp_prefetch``: worker ``w`` of ``W`` assembles batches ``w, w + W, ...``."""
+
+    def __init__(self, sources: _Sources, documents: grain.MapDataset, seq_len: int,
+                 packing: str, batch_size: int, rows: slice, start: Position, batches: int):
+        super().__init__()
+        self.sources, self.documents = sources, documents
+        self.seq_len, self.packing, self.batch_size, self.rows = seq_len, packing, batch_size, rows
+        self.start, self.first_batch = start, batches
+        self.worker = slice(0, None, 1)
+
+    def set_slice(self, sl: slice, sequential_slice: bool = False) -> None:
+        del sequential_slice  # batches are interleaved, never sequential blocks
+        self.worker = sl
+
+    def __iter__(self) -> _PlannedBatchIterator:
+        return _PlannedBatchIterator(self)
+
+    def __str__(self) -> str:
+        return "PlannedBatches"
+
+
+class _PlannedBatchIterator(grain.DatasetIterator):
+    def __init__(self, spec: PlannedBatches):
+        super().__init__()
+        self.spec = spec
+        documents = spec.documents
+        length = len(documents)
+        planner = RowPlanner(documents.__getitem__, spec.sources.lengths,
+                             None if length >= np.iinfo(np.int64).max else length,
+                             spec.seq_len, spec.packing)
+        self.batches = rows_per_batch(planner.rows(spec.start), spec.batch_size)
+        self.count = spec.first_batch
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        worker = self.spec.worker
+        while True:
+            rows, position = next(self.batches)
+            index = self.count - self.spec.first_batch
+            self.count += 1
+            if index % (worker.step or 1) == (worker.start or 0):
+                batch = assemble(rows[self.spec.rows], self.spec.sources, self.spec.seq_len)
+                batch[_POSITION] = np.array([*position, self.count], np.int64)
+                return batch
+
+    def get_state(self) -> dict[str, Any]:
+        return {"batches": self.count}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        raise NotImplementedError("TokensInput keeps the position; rebuild the pipeline")
+
+
+def assemble(rows: list[Row], sources: _Sources, seq_len: int) -> dict[str, np.ndarray]:
+    """The arrays of ``rows``: each segment's tokens, joined from its spans, give its ids
+    (all but the last) and labels (all but the first)."""
+    shape = (len(rows), seq_len)
+    batch = {"ids": np.full(shape, sources.pad, np.int32),
+             "labels": np.full(shape, sources.pad, np.int32),
+             "segment_ids": np.zeros(shape, np.int32), "segment_pos": np.zeros(shape, np.int32)}
+    sequences = sources.sequences({(s.source, s.document)
+                                   for row in rows for segment in row for s in segment})
+    for r, row in enumerate(rows):
+        column = 0
+        for number, segment in enumerate(row, 1):
+            tokens = np.concatenate([sequences[s.source, s.document][s.first:s.first + s.count]
+                                     for s in segment])
+            n = len(tokens) - 1
+            batch["ids"][r, column:column + n] = tokens[:-1]
+            batch["labels"][r, column:column + n] = tokens[1:]
+            batch["segment_ids"][r, column:column + n] = number
+            batch["segment_pos"][r, column:column + n] = np.arange(n)
+            column += n
+    batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
+    return batch
