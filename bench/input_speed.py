@@ -62,14 +62,15 @@ def time_input(path: Path, seq_len: int, batch_size: int, workers: int) -> float
     data = TokensInput(path=str(path), seq_len=seq_len, batch_size=batch_size,
                        num_workers=workers)
     data.shard(0, 1)
-    for _ in range(10):
-        data.get_next()
-    started, tokens = time.perf_counter(), 0.0
-    for _ in range(BATCHES):
-        tokens += data.get_next()["weights"].sum()
-    rate = float(tokens) / (time.perf_counter() - started)
-    data.set_state(data.initial_state())  # stops the workers
-    return rate
+    try:
+        for _ in range(10):
+            data.get_next()
+        started, tokens = time.perf_counter(), 0.0
+        for _ in range(BATCHES):
+            tokens += data.get_next()["weights"].sum()
+        return float(tokens) / (time.perf_counter() - started)
+    finally:
+        data.set_state(data.initial_state())  # stops the workers
 
 
 def main() -> None:

@@ -73,6 +73,7 @@ def test_parquet_column(tmp_path):
     assert decoded(tmp_path / "out") == docs
     with pytest.raises(UsageError, match="no column 'text'"):
         prepare(tmp_path / "x.parquet", tmp_path / "out2", workers=0)
+    assert not (tmp_path / "out2").exists()
 
 
 def test_worker_processes_write_the_same_shards(tmp_path):
@@ -131,6 +132,7 @@ def test_mistakes_are_refused_and_nothing_is_changed(tmp_path):
     assert not (tmp_path / "none").exists()
     with pytest.raises(UsageError, match="no field 'body'"):
         prepare(tmp_path / "src", tmp_path / "other", field="body", workers=0)
+    assert not (tmp_path / "other").exists()  # so the corrected command runs
 
 
 def test_an_unfinished_preparation_of_other_sources_is_refused(tmp_path):
@@ -138,8 +140,21 @@ def test_an_unfinished_preparation_of_other_sources_is_refused(tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         prepare(tmp_path / "src", tmp_path / "out", shard_mb=0.003, workers=0, on_shard=interrupt)
-    with pytest.raises(UsageError, match="unfinished preparation of other sources"):
+    with pytest.raises(UsageError, match="unfinished preparation of other settings: --shard-mb"):
         prepare(tmp_path / "src", tmp_path / "out", shard_mb=0.004, workers=0)
+    (tmp_path / "src" / "e.txt").write_text("one more document")
+    with pytest.raises(UsageError, match="unfinished preparation of other sources"):
+        prepare(tmp_path / "src", tmp_path / "out", shard_mb=0.003, workers=0)
+
+
+def test_workers_interrupted_resume_and_an_output_inside_the_source(tmp_path):
+    expected = write_sources(tmp_path / "src", documents(80))
+    out = tmp_path / "src" / "prepared"  # inside the source: its shards are not sources
+    with pytest.raises(KeyboardInterrupt):
+        prepare(tmp_path / "src", out, shard_mb=0.003, workers=2, on_shard=interrupt)
+    assert not (out / "metadata.json").exists()
+    prepare(tmp_path / "src", out, shard_mb=0.003, workers=2)
+    assert decoded(out) == expected
 
 
 @pytest.mark.slow
@@ -150,9 +165,10 @@ def test_command_line_prepares_and_inspects(tmp_path):
                      "--workers", "1")
     assert result.returncode == 0, result.stderr
     assert f"prepared {len(expected)} documents" in result.stdout
-    result = run_pax("data", "inspect", str(out), "--records", "2")
+    result = run_pax("data", "inspect", str(out), "--records", "2", "--verify")
     assert result.returncode == 0, result.stderr
     assert f"{len(expected)} documents" in result.stdout
+    assert "verified: every record of the 1 shards reads" in result.stdout
     assert repr(expected[0][:200]) in result.stdout
     result = run_pax("data", "prepare", str(tmp_path / "src"), "--output", str(out))
     assert result.returncode == 2 and "already holds a prepared dataset" in result.stderr

@@ -59,14 +59,13 @@ def test_packed_evaluation_holds_every_document_once(prepared, batch_size):
     batches = all_rows(make(prepared["a"], is_training=False, batch_size=batch_size))
     predictions = sum(b["weights"].sum() for b in batches)
     assert predictions == data.num_tokens + data.num_documents  # [bos, text, eos] each
-    texts = collections.Counter()
-    pieces = segments(batches)
-    joined = [BYTES.decode(p) for p in pieces if p[0] == BYTES.bos_id]
-    texts.update(joined)
-    expected = [BYTES.decode(ids) for ids in data.tokens(list(range(data.num_documents)))]
-    # Documents longer than a row are split: their first piece starts with bos.
-    assert len(joined) == data.num_documents
-    assert all(any(t.startswith(j) for t in expected) for j in joined)
+    # A document's [bos, text, eos] is cut into pieces of 64 predictions (65 tokens, each piece
+    # overlapping the next by one): the rows must hold exactly these pieces, each once.
+    expected = collections.Counter()
+    for ids in data.tokens(list(range(data.num_documents))):
+        sequence = [BYTES.bos_id, *ids.tolist(), BYTES.eos_id]
+        expected.update(tuple(sequence[k:k + 65]) for k in range(0, len(sequence) - 1, 64))
+    assert collections.Counter(tuple(p.tolist()) for p in segments(batches)) == expected
     assert all(b["ids"].shape == (batch_size, 64) for b in batches)
 
 
@@ -93,14 +92,15 @@ def test_processes_read_disjoint_parts_of_the_same_global_batches(prepared, coun
     assert all(p.get_state() == whole.get_state() for p in parts)
 
 
-def test_resume_continues_on_the_next_batch_on_any_process_count(prepared):
-    first = make(prepared["a"], seed=3)
+@pytest.mark.parametrize("packing", ["pack", "concat"])
+def test_resume_continues_on_the_next_batch_on_any_process_count(prepared, packing):
+    first = make(prepared["a"], seed=3, packing=packing)
     for _ in range(40):  # past the end of the first epoch (several blocks of documents)
         first.get_next()
     state = json.loads(json.dumps(first.get_state()))
     expected = [first.get_next() for _ in range(3)]
     for processes in ((0, 1), (1, 2)):
-        again = make(prepared["a"], seed=3, processes=processes)
+        again = make(prepared["a"], seed=3, processes=processes, packing=packing)
         again.set_state(state)
         rows = slice(processes[0] * 8 // processes[1], (processes[0] + 1) * 8 // processes[1])
         for batch in expected:
@@ -125,15 +125,24 @@ def test_epochs_are_shuffled_anew_and_seeds_differ(prepared):
 
 
 def test_worker_processes_give_the_same_batches_and_positions(prepared):
+    import multiprocessing
+
     plain = make(prepared["a"], seed=7)
     workers = make(prepared["a"], seed=7, num_workers=2)
+    resumed = make(prepared["a"], seed=7, num_workers=2)
     try:
         for _ in range(5):
             a, b = plain.get_next(), workers.get_next()
             assert all((a[k] == b[k]).all() for k in a)
             assert plain.get_state() == workers.get_state()
+        assert len(multiprocessing.active_children()) >= 2
+        resumed.set_state(workers.get_state())
+        for _ in range(3):
+            a, b = plain.get_next(), resumed.get_next()
+            assert all((a[k] == b[k]).all() for k in a)
     finally:
-        workers.set_state(workers.initial_state())  # stops the workers
+        for data in (workers, resumed):
+            data.set_state(data.initial_state())  # stops the workers
 
 
 def test_a_mixture_draws_documents_by_weight(prepared):
@@ -144,8 +153,9 @@ def test_a_mixture_draws_documents_by_weight(prepared):
                     for _ in range(60) for r in range(8))
     from_a, from_b = text.count(b"doc 1."), text.count(b"doc 2.")
     assert 2.0 < from_a / from_b < 4.5
-    with pytest.raises(UsageError, match="positive sum"):
-        TokensInput(mixture={prepared["a"]: 0.0, prepared["b"]: 0.0})
+    for weight in (0.0, -1.0, float("nan")):
+        with pytest.raises(UsageError, match="must be a number above 0"):
+            TokensInput(mixture={prepared["a"]: 1.0, prepared["b"]: weight})
     with pytest.raises(UsageError, match="cannot be a finite input"):
         TokensInput(mixture={prepared["a"]: 1.0}, is_training=False)
 
@@ -167,12 +177,35 @@ def test_each_mistake_is_one_clear_line(prepared, tmp_path):
 
     damaged = tmp_path / "damaged"
     shutil.copytree(prepared["b"], damaged)
-    shard = next((damaged / "shards").iterdir())
-    shard.write_bytes(shard.read_bytes()[:1000])
+    shard = sorted((damaged / "shards").iterdir())[0]
+    whole = shard.read_bytes()
+    shard.write_bytes(whole[:1000])
     with pytest.raises(UsageError, match="is damaged"):
         make(str(damaged))
+    flipped = bytearray(whole)  # the same size, a byte of the first records changed
+    flipped[2000] ^= 0xFF
+    shard.write_bytes(bytes(flipped))
+    data = PreparedDataset.open(damaged)
+    with pytest.raises(UsageError, match=r"tokens-00000\.array_record is damaged"):
+        data.verify_shard(0)
+    with pytest.raises(UsageError, match="a shard is damaged"):
+        data.tokens(list(range(data.shards[0].documents)))
     with pytest.raises(UsageError, match="give path"):
         make(None)
+
+
+def test_a_position_of_other_rows_is_refused(prepared):
+    trained = make(prepared["a"], seed=3)
+    trained.get_next()
+    state = trained.get_state()
+    for changed in (dict(seed=4), dict(seq_len=32), dict(packing="concat")):
+        other = make(prepared["a"], **{"seed": 3, **changed})
+        with pytest.raises(UsageError, match="planned from other data or settings"):
+            other.set_state(state)
+    with pytest.raises(UsageError, match="held its data in memory"):
+        make(prepared["a"]).set_state({"next_index": 12})
+    with pytest.raises(ValueError, match="not a position"):
+        make(prepared["a"]).set_state({"position": "nowhere"})
 
 
 def _train(job, *extra, processes: int = 1, steps: int = 20):

@@ -63,9 +63,12 @@ class Tokenizer(abc.ABC):
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``, skipping pad, bos, eos and ids outside the vocabulary."""
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None
+                     ) -> list[np.ndarray]:
         """``encode`` of each text as int32 arrays; implementations override it with a
-        vectorised or multi-threaded version, since input pipelines tokenize whole corpora."""
+        vectorised or multi-threaded version, since input pipelines tokenize whole corpora.
+        ``num_threads`` (None: one per core) bounds the threads where the library has them:
+        worker processes that already share the cores ask for 1."""
         return [np.asarray(self.encode(text), np.int32) for text in texts]
 
     def _text_ids(self, ids: Iterable[int]) -> list[int]:
@@ -91,7 +94,8 @@ class ByteTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self._encode(text).tolist()
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None
+                     ) -> list[np.ndarray]:
         return [self._encode(text) for text in texts]
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -166,8 +170,10 @@ class SentencePieceTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self._processor.encode(text)
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
-        encoded = self._processor.encode(list(texts), num_threads=os.cpu_count() or 1)
+    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None
+                     ) -> list[np.ndarray]:
+        encoded = self._processor.encode(list(texts),
+                                         num_threads=num_threads or os.cpu_count() or 1)
         return [np.asarray(ids, np.int32) for ids in encoded]
 
     def decode(self, ids: Iterable[int]) -> str:
@@ -251,7 +257,9 @@ class HfTokenizer(Tokenizer):
     def encode(self, text: str) -> list[int]:
         return self._tokenizer.encode(text, add_special_tokens=False).ids
 
-    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+    def encode_batch(self, texts: Sequence[str], num_threads: int | None = None
+                     ) -> list[np.ndarray]:
+        # The Rust side sizes its own thread pool (RAYON_NUM_THREADS); one call cannot.
         encoded = self._tokenizer.encode_batch(list(texts), add_special_tokens=False)
         return [np.asarray(e.ids, np.int32) for e in encoded]
 

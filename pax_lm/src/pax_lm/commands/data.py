@@ -6,6 +6,7 @@ Mistakes (a missing source, an output that holds something else, a damaged datas
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -69,6 +70,9 @@ def inspect(
     directory: Annotated[Path, typer.Argument(help="A prepared dataset directory.")],
     records: Annotated[int, typer.Option(help="How many documents to decode.")] = 3,
     chars: Annotated[int, typer.Option(help="Characters shown of each.")] = 200,
+    verify: Annotated[bool, typer.Option(
+        help="Read every record (ArrayRecord checks its hashes): finds damage a run would "
+             "only meet when it reads the damaged part.")] = False,
 ) -> None:
     """Print a prepared dataset's counts, tokenizer and sources, and decode a few documents."""
     import numpy as np
@@ -83,6 +87,10 @@ def inspect(
                f" tokens stored as {data.dtype.name}")
     typer.echo(f"document tokens: mean {lengths.mean():,.1f}, median {np.median(lengths):,.0f}, "
                f"max {lengths.max():,}")
+    if verify:
+        tokens = sum(data.verify_shard(number) for number in range(len(data.shards)))
+        typer.echo(f"verified: every record of the {len(data.shards)} shards reads "
+                   f"({tokens:,} tokens)")
     for source in data.metadata["sources"]:
         typer.echo(f"source {source['path']} ({source['bytes']:,} bytes, sha256 "
                    f"{source['sha256'][:16]})")
@@ -93,7 +101,7 @@ def inspect(
         typer.echo(f"[{number}] {len(ids)} tokens: {text[:chars]!r}")
 
 
-def _decoder(recorded: dict[str, Any]) -> Any:
+def _decoder(recorded: dict[str, Any]) -> Callable[[Iterable[int]], str] | None:
     """The decode function of the dataset's tokenizer, None where its model file is gone or
     changed (the ids are shown instead)."""
     from pax_core import UsageError

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pax_core import UsageError
+from pax_core import RunError, UsageError
 from pax_lm.data import shards, sources
 from pax_lm.tokenizers import Tokenizer, tokenizer_from_path
 
@@ -33,9 +33,13 @@ PLAN = "plan.json"
 
 
 def _write_json(path: Path, value: Any) -> None:
-    """``value`` as ``path``, replaced whole (a kill leaves the old file or the new one)."""
+    """``value`` as ``path``, replaced whole (a kill or a power cut leaves the old file or the
+    new one)."""
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(value, indent=1))
+    with open(partial, "w") as f:
+        json.dump(value, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(partial, path)
 
 
@@ -47,7 +51,7 @@ def plan_of(files: list[Path], tokenizer: Tokenizer, field: str, shard_mb: float
         "tokenizer": {"name": tokenizer.name, "vocab_size": tokenizer.vocab_size,
                       "fingerprint": tokenizer.fingerprint},
         "dtype": shards.token_dtype(tokenizer.vocab_size).str,
-        "field": field, "shard_bytes": int(shard_mb * (1 << 20)),
+        "field": field, "shard_chars": int(shard_mb * (1 << 20)),
         "sources": [{"path": str(f.resolve()), "bytes": f.stat().st_size,
                      "mtime_ns": f.stat().st_mtime_ns} for f in files],
     }
@@ -65,9 +69,9 @@ def _claim(output: Path, plan: dict[str, Any]) -> None:
         except ValueError:
             recorded = None
         if recorded != plan:
-            raise UsageError(f"{output} holds an unfinished preparation of other sources or "
-                             f"settings; remove it or give another --output (nothing was "
-                             f"changed)")
+            raise UsageError(f"{output} holds an unfinished preparation of other "
+                             f"{_difference(recorded, plan)}; run the command that started it, "
+                             f"or remove it, or give another --output (nothing was changed)")
         return
     if output.exists() and (not output.is_dir() or any(output.iterdir())):
         raise UsageError(f"{output} exists and is not empty; give a new --output (nothing was "
@@ -75,6 +79,17 @@ def _claim(output: Path, plan: dict[str, Any]) -> None:
     (output / shards.SHARDS).mkdir(parents=True, exist_ok=True)
     progress.mkdir(exist_ok=True)
     _write_json(progress / PLAN, plan)
+
+
+def _difference(recorded: Any, plan: dict[str, Any]) -> str:
+    """What differs between two plans, in a user's words."""
+    if not isinstance(recorded, dict):
+        return "settings"
+    if recorded.get("sources") != plan["sources"]:
+        return "sources (files added, removed or changed since)"
+    differing = [key for key in plan if recorded.get(key) != plan[key]]
+    names = {"shard_chars": "--shard-mb", "field": "--field", "tokenizer": "--tokenizer"}
+    return "settings: " + ", ".join(names.get(key, key) for key in differing)
 
 
 def _unclaim(output: Path) -> None:
@@ -85,9 +100,9 @@ def _unclaim(output: Path) -> None:
         output.rmdir()
 
 
-def _chunks(files: list[Path], field: str, shard_bytes: int, hashes: dict[str, str]
+def _chunks(files: list[Path], field: str, shard_chars: int, hashes: dict[str, str]
             ) -> Iterator[list[str]]:
-    """The documents of the sources in chunks of about ``shard_bytes`` characters; records
+    """The documents of the sources in chunks of about ``shard_chars`` characters; records
     each file's SHA-256 in ``hashes`` as it is reached."""
     chunk, size = [], 0
     for file in files:
@@ -96,7 +111,7 @@ def _chunks(files: list[Path], field: str, shard_bytes: int, hashes: dict[str, s
         for text in sources.documents(file, field):
             chunk.append(text)
             size += len(text)
-            if size >= shard_bytes:
+            if size >= shard_chars:
                 yield chunk
                 chunk, size = [], 0
     if chunk:
@@ -107,6 +122,7 @@ _worker_tokenizer: Tokenizer | None = None
 
 
 def _start_worker(tokenizer_name: str) -> None:
+    """Load the tokenizer once per worker process (the processes share nothing)."""
     global _worker_tokenizer
     _worker_tokenizer = tokenizer_from_path(tokenizer_name)
 
@@ -117,27 +133,42 @@ def write_shard(output: str, number: int, texts: list[str], dtype: str,
     mark's contents). Runs in a worker process."""
     from array_record.python.array_record_module import ArrayRecordWriter
 
+    in_worker = tokenizer is None
     tokenizer = tokenizer or _worker_tokenizer
     root = Path(output)
     name = shards.shard_name(number)
-    ids = tokenizer.encode_batch(texts)
+    # One thread a worker: the workers already keep every core busy.
+    ids = tokenizer.encode_batch(texts, num_threads=1 if in_worker else None)
     partial = root / (name + ".partial")
     writer = ArrayRecordWriter(str(partial), shards.WRITER_OPTIONS)
-    for doc in ids:
-        writer.write(np.asarray(doc, dtype).tobytes())
-    writer.close()
+    try:
+        for doc in ids:
+            writer.write(np.asarray(doc, dtype).tobytes())
+    finally:
+        writer.close()
     os.replace(partial, root / name)
     lengths = np.array([len(doc) for doc in ids], np.uint32)
-    np.save(root / PROGRESS / f"lengths-{number:05d}.npy", lengths)
-    record = {"name": name, "documents": len(ids), "tokens": int(lengths.sum()),
-              "bytes": (root / name).stat().st_size}
-    _write_json(root / PROGRESS / f"shard-{number:05d}.json", record)
+    np.save(_progress_file(root, "lengths", number, ".npy"), lengths)
+    record = {"number": number, "name": name, "documents": len(ids),
+              "tokens": int(lengths.sum()), "bytes": (root / name).stat().st_size}
+    _write_json(_progress_file(root, "shard", number, ".json"), record)
     return record
 
 
+def _progress_file(root: Path, kind: str, number: int, suffix: str) -> Path:
+    return root / PROGRESS / f"{kind}-{number:05d}{suffix}"
+
+
 def _done(output: Path) -> dict[int, dict[str, Any]]:
-    marks = sorted((output / PROGRESS).glob("shard-*.json"))
-    return {int(m.stem.split("-")[1]): json.loads(m.read_text()) for m in marks}
+    """The complete shards: a mark whose shard file is there with the size it was written
+    with (one lost since is made again)."""
+    done = {}
+    for mark in sorted((output / PROGRESS).glob("shard-*.json")):
+        record = json.loads(mark.read_text())
+        shard = output / record["name"]
+        if shard.is_file() and shard.stat().st_size == record["bytes"]:
+            done[record["number"]] = record
+    return done
 
 
 def prepare(source: str | Path, output: str | Path, tokenizer: str = "bytes",
@@ -151,13 +182,27 @@ def prepare(source: str | Path, output: str | Path, tokenizer: str = "bytes",
     workers = max(1, (os.cpu_count() or 1)) if workers is None else workers
     if workers < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
-    files = sources.source_files(source, pattern)
+    root = Path(output)
+    files = sources.source_files(source, pattern, exclude=root)
     tok = tokenizer_from_path(tokenizer)
     plan = plan_of(files, tok, field, shard_mb)
-    root = Path(output)
     _claim(root, plan)
+    try:
+        return _prepare(root, files, tok, plan, workers, on_shard)
+    except UsageError:
+        if not _done(root):  # a source's mistake before any shard: nothing stays behind
+            _unclaim(root)
+        raise
+    except OSError as e:  # a full disk, a vanished output: the preparation resumes later
+        raise RunError(f"writing {root} failed: {e.strerror or e}; complete shards are kept, "
+                       f"run the same command again to resume") from None
+
+
+def _prepare(root: Path, files: list[Path], tok: Tokenizer, plan: dict[str, Any],
+             workers: int, on_shard: Callable[[dict[str, Any], float], None] | None
+             ) -> dict[str, Any]:
     done, hashes, started = _done(root), {}, time.perf_counter()
-    chunks = enumerate(_chunks(files, field, plan["shard_bytes"], hashes))
+    chunks = enumerate(_chunks(files, plan["field"], plan["shard_chars"], hashes))
 
     def report(record: dict[str, Any]) -> None:
         if on_shard is not None:
@@ -173,8 +218,9 @@ def prepare(source: str | Path, output: str | Path, tokenizer: str = "bytes",
     else:
         done.update(_in_workers(root, chunks, done, plan, workers, report))
     if not done:
-        _unclaim(root)
-        raise UsageError(f"no text in {source}: every document is empty (nothing was written)")
+        raise UsageError(f"no text in {', '.join(map(str, files[:3]))}"
+                         f"{' ...' if len(files) > 3 else ''}: every document is empty "
+                         f"(nothing was written)")
     return _finish(root, plan, [done[n] for n in sorted(done)], hashes)
 
 
@@ -209,7 +255,7 @@ def _collect(finished: set[concurrent.futures.Future], made: dict[int, dict[str,
              report: Callable[[dict[str, Any]], None]) -> None:
     for future in finished:
         record = future.result()
-        made[int(record["name"].split("-")[1].split(".")[0])] = record
+        made[record["number"]] = record
         report(record)
 
 
@@ -217,8 +263,8 @@ def _finish(root: Path, plan: dict[str, Any], records: list[dict[str, Any]],
             hashes: dict[str, str]) -> dict[str, Any]:
     """The index and metadata of the complete shards; then the progress folder goes."""
     progress = root / PROGRESS
-    numbers = [int(r["name"].split("-")[1].split(".")[0]) for r in records]
-    index = np.concatenate([np.load(progress / f"lengths-{n:05d}.npy") for n in numbers])
+    index = np.concatenate([np.load(_progress_file(root, "lengths", r["number"], ".npy"))
+                            for r in records])
     partial = root / (shards.INDEX + ".partial.npy")
     np.save(partial, index)
     os.replace(partial, root / shards.INDEX)
@@ -227,7 +273,7 @@ def _finish(root: Path, plan: dict[str, Any], records: list[dict[str, Any]],
         "dtype": plan["dtype"], "field": plan["field"],
         "documents": int(sum(r["documents"] for r in records)),
         "tokens": int(sum(r["tokens"] for r in records)),
-        "shards": records,
+        "shards": [{k: v for k, v in r.items() if k != "number"} for r in records],
         "sources": [{"path": s["path"], "bytes": s["bytes"], "sha256": hashes[s["path"]]}
                     for s in plan["sources"]],
     }

@@ -94,6 +94,11 @@ class PreparedDataset:
         return int(self.metadata["tokens"])
 
     @property
+    def fingerprint(self) -> str:
+        """Changes when the documents do: the tokenizer's and every shard's record."""
+        return json.dumps([self.tokenizer["fingerprint"], self.metadata["shards"]])
+
+    @property
     def tokenizer(self) -> dict[str, Any]:
         """``name``, ``vocab_size`` and ``fingerprint`` of the tokenizer the shards hold."""
         return self.metadata["tokenizer"]
@@ -113,14 +118,40 @@ class PreparedDataset:
         """Text token counts of ``documents`` (indices in shard order)."""
         return np.asarray(self.index[documents], np.int64)
 
+    @functools.cached_property
+    def _first_documents(self) -> np.ndarray:
+        return np.cumsum([0] + [s.documents for s in self.shards])
+
     def tokens(self, documents: list[int]) -> list[np.ndarray]:
         """The token ids of ``documents``, read together (ArrayRecord reads them in parallel)."""
         try:
             records = self._source.__getitems__(documents)
-        except Exception as e:  # the C++ reader raises RuntimeError/ValueError with its status
-            raise UsageError(f"cannot read documents of {self.path}: a shard is damaged "
-                             f"({str(e).splitlines()[0][:200]}); prepare it again") from None
+        except (RuntimeError, ValueError) as e:  # the C++ reader's status, as text
+            first = np.searchsorted(self._first_documents, min(documents), side="right") - 1
+            raise UsageError(f"{self.path}: a shard is damaged (reading from "
+                             f"{self.shards[first].name} on: {short(e)}); prepare it again"
+                             ) from None
         return [np.frombuffer(r, self.dtype).astype(np.int32) for r in records]
+
+    def verify_shard(self, number: int) -> int:
+        """Read every record of shard ``number`` (ArrayRecord checks each block's hash); its
+        token count, or ``UsageError`` naming the shard."""
+        from array_record.python.array_record_module import ArrayRecordReader
+
+        shard = self.shards[number]
+        try:
+            reader = ArrayRecordReader(str(self.path / shard.name))
+            try:
+                tokens = sum(len(r) for r in reader.read_all()) // self.dtype.itemsize
+            finally:
+                reader.close()
+        except (OSError, RuntimeError, ValueError) as e:
+            raise UsageError(f"{self.path}: shard {shard.name} is damaged ({short(e)}); "
+                             f"prepare the dataset again") from None
+        if tokens != shard.tokens:
+            raise UsageError(f"{self.path}: shard {shard.name} holds {tokens} tokens, "
+                             f"{shard.tokens} written; prepare the dataset again")
+        return tokens
 
     def _check_files(self) -> None:
         for shard in self.shards:
@@ -143,11 +174,14 @@ class PreparedDataset:
 
     def check_tokenizer(self, name: str, fingerprint: str) -> None:
         """Refuse shards written by another tokenizer than ``fingerprint``'s."""
-        if self.tokenizer["fingerprint"] != fingerprint:
+        recorded = self.tokenizer
+        if recorded["fingerprint"] != fingerprint:
+            which = (f"{recorded['name']} ({recorded['fingerprint']}), not the experiment's "
+                     f"{name} ({fingerprint})" if recorded["name"] == name else
+                     f"{recorded['name']}, not the experiment's {name}")
             raise UsageError(
-                f"{self.path} was prepared with tokenizer {self.tokenizer['name']}, not the "
-                f"experiment's {name}; prepare it again with --tokenizer {name} or set the "
-                f"experiment's tokenizer to the dataset's")
+                f"{self.path} was prepared with tokenizer {which}; prepare it again with "
+                f"--tokenizer {name} or set the experiment's tokenizer to the dataset's")
 
 
 def read_metadata(root: Path) -> dict[str, Any]:
@@ -166,6 +200,16 @@ def read_metadata(root: Path) -> dict[str, Any]:
     if metadata.get("version") != VERSION:
         raise UsageError(f"{file} has format version {metadata.get('version')}; this pax-lm "
                          f"reads version {VERSION}: prepare the dataset again")
-    if not metadata.get("documents"):
+    missing = [key for key in ("tokenizer", "dtype", "documents", "tokens", "shards")
+               if key not in metadata]
+    if missing:
+        raise UsageError(f"{file} lacks {', '.join(missing)}; prepare the dataset again")
+    if not metadata["documents"]:
         raise UsageError(f"{root} holds no documents; prepare it from a source with text")
     return metadata
+
+
+def short(error: BaseException) -> str:
+    """The first line of a library's error, at most 200 characters: enough to say what."""
+    text = str(error).strip()
+    return text.splitlines()[0][:200] if text else type(error).__name__

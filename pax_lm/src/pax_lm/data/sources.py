@@ -1,11 +1,13 @@
 """Documents streamed from the files a user has: the sources of ``pax data prepare``.
 
-Kinds, by file name: plain text (``.txt``, one document, cut at blank lines when very large, as
-``pax_lm.inputs.corpus`` does), JSON lines (``.jsonl``, ``.jsonl.gz``, ``.json.gz`` as C4's
-release ships them; one document a line, in a field), Parquet (``.parquet``; a column), and
-TFDS's ArrayRecord files (``NAME-SPLIT.array_record-00000-of-01024``, as ``tfds build`` writes
-``c4/en``; one serialized ``tf.train.Example`` a record, a bytes feature). Files are streamed, so
-a source of any size needs memory for one document (one row group of a Parquet file) at a time.
+Kinds, by file name: plain text (``.txt``, one document, cut at blank lines when very large,
+as ``pax_lm.inputs.corpus`` does; read whole), JSON lines (``.jsonl``, ``.jsonl.gz``,
+``.json.gz`` as C4's release ships them; one document a line, in a field), Parquet
+(``.parquet``; a column), and TFDS's ArrayRecord files
+(``NAME-SPLIT.array_record-00000-of-01024``, as ``tfds build`` writes ``c4/en``; one serialized
+``tf.train.Example`` a record, a bytes feature). JSON lines, Parquet and ArrayRecord files are
+streamed, so a source of any size needs memory for one document (one row group of a Parquet
+file) at a time.
 """
 
 from __future__ import annotations
@@ -38,10 +40,12 @@ def file_kind(path: Path) -> str | None:
     return None
 
 
-def source_files(source: str | Path, pattern: str | None = None) -> list[Path]:
+def source_files(source: str | Path, pattern: str | None = None,
+                 exclude: Path | None = None) -> list[Path]:
     """The source files of ``source`` (a file, or a folder searched recursively, hidden entries
     skipped), sorted by path; ``pattern`` keeps the file names that match a glob
-    (``c4-train.*``)."""
+    (``c4-train.*``). Files under ``exclude`` (the output, when it lies inside the source) are
+    not sources."""
     root = Path(source)
     if not root.exists():
         raise UsageError(f"no such file or folder: {root}")
@@ -50,10 +54,12 @@ def source_files(source: str | Path, pattern: str | None = None) -> list[Path]:
             raise UsageError(f"{root}: not a source file (.txt, .jsonl, .jsonl.gz, .json.gz, "
                              f".parquet or TFDS .array_record)")
         return [root]
+    outside = exclude.resolve() if exclude is not None else None
     files = sorted(p for p in root.rglob("*")
                    if p.is_file() and file_kind(p) is not None
                    and not any(part.startswith(".") for part in p.relative_to(root).parts)
-                   and (pattern is None or fnmatch.fnmatch(p.name, pattern)))
+                   and (pattern is None or fnmatch.fnmatch(p.name, pattern))
+                   and (outside is None or not p.resolve().is_relative_to(outside)))
     if not files:
         which = f" matching {pattern!r}" if pattern else ""
         raise UsageError(f"no source files{which} under {root} (.txt, .jsonl, .jsonl.gz, "
@@ -122,11 +128,12 @@ def _tfds(file: Path, field: str) -> Iterator[str]:
     from array_record.python.array_record_module import ArrayRecordReader
 
     from pax_lm.data import tf_example
+    from pax_lm.data.shards import short
 
     try:
         reader = ArrayRecordReader(str(file))
     except (OSError, RuntimeError, ValueError) as e:
-        raise UsageError(f"{file}: not an ArrayRecord file ({str(e).splitlines()[0]})") from None
+        raise UsageError(f"{file}: not an ArrayRecord file ({short(e)})") from None
     try:
         total = reader.num_records()
         for start in range(0, total, 1024):

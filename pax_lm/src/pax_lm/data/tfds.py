@@ -23,6 +23,7 @@ import numpy as np
 
 from pax_core import UsageError
 from pax_lm.data import tf_example
+from pax_lm.data.shards import short
 from pax_lm.tokenizers import Tokenizer
 
 # Documents whose tokens are kept: several planning blocks, so that a batch's rows find theirs.
@@ -58,7 +59,13 @@ class TfdsText:
             return grain.sources.ArrayRecordDataSource([str(f) for f in self.files])
         except (OSError, RuntimeError, ValueError) as e:
             raise UsageError(f"cannot open {self.files[0].parent} as TFDS ArrayRecord files "
-                             f"({str(e).splitlines()[0][:200]})") from None
+                             f"({short(e)})") from None
+
+    @property
+    def fingerprint(self) -> str:
+        """Changes when the files or the tokenizer do (names, sizes and modification times)."""
+        files = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in self.files]
+        return repr([self.tokenizer.fingerprint, self.field, files])
 
     @property
     def num_documents(self) -> int:

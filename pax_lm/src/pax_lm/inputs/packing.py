@@ -51,14 +51,15 @@ Position = tuple[int, int]
 
 
 def cut_pieces(starts: np.ndarray, lengths: np.ndarray, seq_len: int
-               ) -> tuple[np.ndarray, np.ndarray]:
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each run of ``lengths[i]`` tokens from ``starts[i]`` cut into pieces of at most
-    ``seq_len`` predictions: the pieces' first tokens and prediction counts."""
+    ``seq_len`` predictions: the pieces' first tokens, prediction counts and runs ``i``."""
     predictions = lengths - 1
     count = -(-predictions // seq_len)
     run = np.repeat(np.arange(len(starts)), count)
     k = np.arange(len(run)) - np.repeat(np.cumsum(count) - count, count)
-    return starts[run] + k * seq_len, np.minimum(seq_len, predictions[run] - k * seq_len)
+    return (starts[run] + k * seq_len, np.minimum(seq_len, predictions[run] - k * seq_len),
+            run)
 
 
 def first_fit(piece_len: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -87,8 +88,7 @@ def pack_rows(documents: list[tuple[int, int]], lengths: np.ndarray, seq_len: in
     """The packed rows of ``documents`` ((source, document) pairs whose texts have ``lengths``
     tokens)."""
     sequence = np.asarray(lengths, np.int64) + 2
-    first, count = cut_pieces(np.zeros(len(sequence), np.int64), sequence, seq_len)
-    owner = np.repeat(np.arange(len(sequence)), -(-(sequence - 1) // seq_len))
+    first, count, owner = cut_pieces(np.zeros(len(sequence), np.int64), sequence, seq_len)
     row, _, _ = first_fit(count, seq_len)
     rows: list[Row] = [[] for _ in range(int(row.max()) + 1 if len(row) else 0)]
     for piece in range(len(count)):  # pieces arrive in column order within each row
@@ -108,9 +108,6 @@ class RowPlanner:
     num_documents: int | None
     seq_len: int
     packing: str = "pack"
-
-    def initial(self) -> Position:
-        return (0, 0)
 
     def rows(self, position: Position) -> Iterator[tuple[Row, Position]]:
         """Each row from ``position`` on, with the position after it."""

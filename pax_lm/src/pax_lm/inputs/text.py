@@ -190,10 +190,10 @@ def _make_rows(documents: Sequence[np.ndarray], tokenizer: Tokenizer, seq_len: i
     stream = np.concatenate([part for doc in documents for part in (bos, doc, eos)])
     if packing == "pack":
         lengths = np.array([len(doc) + 2 for doc in documents])
-        piece_start, piece_len = cut_pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
+        piece_start, piece_len, _ = cut_pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
         row, offset, segment = first_fit(piece_len, seq_len)
     else:  # the stream as one run: a row per piece, one segment each
-        piece_start, piece_len = cut_pieces(np.array([0]), np.array([len(stream)]), seq_len)
+        piece_start, piece_len, _ = cut_pieces(np.array([0]), np.array([len(stream)]), seq_len)
         row = np.arange(len(piece_len))
         offset, segment = np.zeros_like(row), np.ones_like(row)
     # One entry per prediction: its piece, its place in the piece, its cell in the flat rows.

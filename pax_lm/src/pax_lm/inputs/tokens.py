@@ -27,6 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
+import json
+import math
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -49,7 +52,12 @@ class TokensInput(LmInput):
 
     ``tokenizer`` is the experiment's: the datasets must have been prepared with it.
     ``shuffle`` and ``repeat`` default to ``is_training``; ``num_workers`` prefetching processes
-    serve a repeating input (0: this process reads).
+    serve a repeating input (0: this process reads; a finite input, an evaluation, is always
+    read here, since workers would start anew at every evaluation).
+
+    Position: ``{"position": [a, b], "batches": n, "plan": key}``, the planner's position after
+    ``n`` batches and a key of what the rows are planned from (seed, layout, weights, the
+    datasets). A position of another plan is refused (``UsageError``): it would name other rows.
     """
 
     path: str | None = None
@@ -60,7 +68,7 @@ class TokensInput(LmInput):
         super().__post_init__()
         self._iterator: Iterator[dict[str, np.ndarray]] | None = None
         self._opened: _Sources | None = None
-        self._state = self.initial_state()
+        self._state: dict[str, Any] | None = None  # None: the start (reading nothing yet)
 
     def _check_fields(self) -> None:
         super()._check_fields()
@@ -71,10 +79,12 @@ class TokensInput(LmInput):
         if self.mixture is not None:
             if not self.mixture:
                 raise UsageError(f"{where}: the mixture is empty; give {{path: weight}}")
-            weights = list(self.mixture.values())
-            if any(not isinstance(w, int | float) or w < 0 for w in weights) or sum(weights) <= 0:
-                raise UsageError(f"{where}: mixture weights must be numbers >= 0 with a "
-                                 f"positive sum, got {weights}")
+            for path, weight in self.mixture.items():
+                if (not isinstance(weight, int | float) or isinstance(weight, bool)
+                        or not math.isfinite(weight) or weight <= 0):
+                    raise UsageError(f"{where}: the weight of {path} in the mixture must be a "
+                                     f"number above 0, got {weight!r} (leave out a dataset "
+                                     f"not to draw from it)")
             if not self._repeats:
                 raise UsageError(f"{where}: a mixture is drawn from forever, so it cannot be a "
                                  f"finite input; evaluate each dataset on its own")
@@ -105,24 +115,24 @@ class TokensInput(LmInput):
 
     def shard(self, process_index: int, process_count: int) -> None:
         super().shard(process_index, process_count)
-        self._close()
+        self._close()  # the pipeline reads this process's rows: another process, other rows
 
     def check(self) -> None:
         """Open the datasets: their files, sizes and tokenizer are checked on opening."""
         self._sources()
 
     def peek(self) -> dict[str, np.ndarray]:
-        batch = dict(next(iter(self._batches(self._state, workers=False))))
+        batch = dict(next(iter(self._batches(self.get_state(), workers=False))))
         batch.pop(_POSITION)
         return batch
 
     def _batches(self, state: dict[str, Any], workers: bool = True) -> grain.IterDataset:
         sources = self._sources()
-        rows = slice(self.process_index * self.local_batch_size,
-                     (self.process_index + 1) * self.local_batch_size)
+        local_rows = slice(self.process_index * self.local_batch_size,
+                           (self.process_index + 1) * self.local_batch_size)
         batches = PlannedBatches(sources, sources.documents(self.seed, self._shuffles,
                                                             self._repeats),
-                                 self.seq_len, self.packing, self.batch_size, rows,
+                                 self.seq_len, self.packing, self.batch_size, local_rows,
                                  tuple(state["position"]), state["batches"])
         if workers and self.num_workers and self._repeats:
             _absl_flags_parsed()
@@ -132,26 +142,44 @@ class TokensInput(LmInput):
 
     def get_next(self) -> dict[str, np.ndarray]:
         if self._iterator is None:
-            self._iterator = iter(self._batches(self._state))
+            self._iterator = iter(self._batches(self.get_state()))
         batch = dict(next(self._iterator))
         position = batch.pop(_POSITION)
         self._state = {"position": [int(position[0]), int(position[1])],
-                       "batches": int(position[2])}
+                       "batches": int(position[2]), "plan": self._plan_key()}
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        return dict(self._state)
+        return dict(self._state) if self._state is not None else self.initial_state()
 
     def set_state(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and "position" not in state and "next_index" in state:
+            raise UsageError(f"input '{self.name}': the checkpoint's input position was saved "
+                             f"by an input that held its data in memory (an older pax-lm's C4 "
+                             f"or text input); it names no rows here: train in a new job "
+                             f"directory, or resume with the pax-lm that saved it")
         position = state.get("position") if isinstance(state, dict) else None
         if (not isinstance(position, list | tuple) or len(position) != 2
                 or not isinstance(state.get("batches"), int)):
             raise ValueError(f"not a position of a token input: {state!r}")
+        if state.get("plan") != self._plan_key():
+            raise UsageError(f"input '{self.name}': the checkpoint's input position was planned "
+                             f"from other data or settings (datasets, mixture weights, seed, "
+                             f"seq_len, packing, shuffle or repeat changed since); restore "
+                             f"them, or train in a new job directory")
         self._close()
-        self._state = {"position": [int(p) for p in position], "batches": state["batches"]}
+        self._state = {"position": [int(p) for p in position], "batches": state["batches"],
+                       "plan": state["plan"]}
 
     def initial_state(self) -> dict[str, Any]:
-        return {"position": [0, 0], "batches": 0}
+        return {"position": [0, 0], "batches": 0, "plan": self._plan_key()}
+
+    def _plan_key(self) -> str:
+        """What the rows are planned from, hashed: equal keys, equal rows at equal positions."""
+        sources = self._sources()
+        plan = [self.seed, self.seq_len, self.packing, self._shuffles, self._repeats,
+                sources.weights, [data.fingerprint for data in sources.datasets]]
+        return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
 
     def _close(self) -> None:
         close = getattr(self._iterator, "close", None)
@@ -165,6 +193,7 @@ class TokenSource(Protocol):
     dataset tokenized as it is read (``pax_lm.data.tfds.TfdsText``)."""
 
     num_documents: int
+    fingerprint: str  # changes when the documents do
 
     def lengths(self, documents: np.ndarray) -> np.ndarray:
         """Token counts of ``documents``."""
@@ -223,6 +252,7 @@ def _absl_flags_parsed() -> None:
 
 
 def _pair(number: int, document: int) -> tuple[int, int]:
+    """Tag a document number with its dataset's (a module function: workers unpickle it)."""
     return number, int(document)
 
 
@@ -232,10 +262,12 @@ class PlannedBatches(grain.IterDataset):
     ``mp_prefetch``: worker ``w`` of ``W`` assembles batches ``w, w + W, ...``."""
 
     def __init__(self, sources: _Sources, documents: grain.MapDataset, seq_len: int,
-                 packing: str, batch_size: int, rows: slice, start: Position, batches: int):
+                 packing: str, batch_size: int, local_rows: slice, start: Position,
+                 batches: int):
         super().__init__()
         self.sources, self.documents = sources, documents
-        self.seq_len, self.packing, self.batch_size, self.rows = seq_len, packing, batch_size, rows
+        self.seq_len, self.packing, self.batch_size = seq_len, packing, batch_size
+        self.local_rows = local_rows
         self.start, self.first_batch = start, batches
         self.worker = slice(0, None, 1)
 
@@ -269,11 +301,14 @@ class _PlannedBatchIterator(grain.DatasetIterator):
             index = self.count - self.spec.first_batch
             self.count += 1
             if index % (worker.step or 1) == (worker.start or 0):
-                batch = assemble(rows[self.spec.rows], self.spec.sources, self.spec.seq_len)
+                batch = assemble(rows[self.spec.local_rows], self.spec.sources,
+                                 self.spec.seq_len)
                 batch[_POSITION] = np.array([*position, self.count], np.int64)
                 return batch
 
     def get_state(self) -> dict[str, Any]:
+        # grain's worker processes ask after every element; the input's own position is the
+        # one each batch carries, and a resume builds a new pipeline from it.
         return {"batches": self.count}
 
     def set_state(self, state: dict[str, Any]) -> None:
