@@ -53,8 +53,13 @@ def prepare(
             seen["tokens"] += record["tokens"]
             progress.update(task, counts=_rates(seen, seconds))
 
-        metadata = run_prepare(source, output, tokenizer, field, pattern, workers, shard_mb,
-                               on_shard=on_shard)
+        try:
+            metadata = run_prepare(source, output, tokenizer, field, pattern, workers,
+                                   shard_mb, on_shard=on_shard)
+        except KeyboardInterrupt:
+            typer.echo(f"pax: stopped; the {seen['documents']:,} documents of complete shards "
+                       f"are kept in {output}: run the same command to resume", err=True)
+            raise typer.Exit(130) from None
     typer.echo(f"prepared {metadata['documents']:,} documents, {metadata['tokens']:,} tokens in "
                f"{len(metadata['shards'])} shards: {output}")
 

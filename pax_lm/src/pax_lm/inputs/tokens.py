@@ -109,8 +109,13 @@ class TokensInput(LmInput):
             return self._opened
         datasets = self._open_datasets()
         weights = [1.0] if self.mixture is None else [float(w) for w in self.mixture.values()]
+        # What the rows are planned from, hashed once: equal keys, equal rows at equal
+        # positions (a key of the datasets' fingerprints, read here rather than every step).
+        plan = [self.seed, self.seq_len, self.packing, self._shuffles, self._repeats, weights,
+                [data.fingerprint for data in datasets]]
         self._opened = _Sources(datasets, weights, self.tokenizer.bos_id,
-                                self.tokenizer.eos_id, self.tokenizer.pad_id)
+                                self.tokenizer.eos_id, self.tokenizer.pad_id,
+                                hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16])
         return self._opened
 
     def shard(self, process_index: int, process_count: int) -> None:
@@ -146,7 +151,7 @@ class TokensInput(LmInput):
         batch = dict(next(self._iterator))
         position = batch.pop(_POSITION)
         self._state = {"position": [int(position[0]), int(position[1])],
-                       "batches": int(position[2]), "plan": self._plan_key()}
+                       "batches": int(position[2]), "plan": self._sources().plan_key}
         return batch
 
     def get_state(self) -> dict[str, Any]:
@@ -162,7 +167,7 @@ class TokensInput(LmInput):
         if (not isinstance(position, list | tuple) or len(position) != 2
                 or not isinstance(state.get("batches"), int)):
             raise ValueError(f"not a position of a token input: {state!r}")
-        if state.get("plan") != self._plan_key():
+        if state.get("plan") != self._sources().plan_key:
             raise UsageError(f"input '{self.name}': the checkpoint's input position was planned "
                              f"from other data or settings (datasets, mixture weights, seed, "
                              f"seq_len, packing, shuffle or repeat changed since); restore "
@@ -172,14 +177,7 @@ class TokensInput(LmInput):
                        "plan": state["plan"]}
 
     def initial_state(self) -> dict[str, Any]:
-        return {"position": [0, 0], "batches": 0, "plan": self._plan_key()}
-
-    def _plan_key(self) -> str:
-        """What the rows are planned from, hashed: equal keys, equal rows at equal positions."""
-        sources = self._sources()
-        plan = [self.seed, self.seq_len, self.packing, self._shuffles, self._repeats,
-                sources.weights, [data.fingerprint for data in sources.datasets]]
-        return hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16]
+        return {"position": [0, 0], "batches": 0, "plan": self._sources().plan_key}
 
     def _close(self) -> None:
         close = getattr(self._iterator, "close", None)
@@ -206,9 +204,10 @@ class _Sources:
     """The datasets of an input: documents to plan with, lengths and tokens to read."""
 
     def __init__(self, datasets: list[TokenSource], weights: list[float], bos: int,
-                 eos: int, pad: int):
+                 eos: int, pad: int, plan_key: str):
         self.datasets, self.weights = datasets, weights
         self.bos, self.eos, self.pad = bos, eos, pad
+        self.plan_key = plan_key
 
     def documents(self, seed: int, shuffle: bool, repeat: bool) -> grain.MapDataset:
         """The stream of (dataset, document) pairs."""
