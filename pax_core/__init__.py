@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.4.0"
+API_VERSION = "1.5.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -45,11 +45,15 @@ _EXPORTS: dict[str, str] = {
     "Constant": "pax_core.config.schedules",
     "LinearRampupExponentialDecay": "pax_core.config.schedules",
     "LinearRampupCosineDecay": "pax_core.config.schedules",
+    "LinearRampupPiecewiseConstant": "pax_core.config.schedules",
     # interfaces a plugin implements, and the built-ins it may reuse
     "ModelOutput": "pax_core.models.output",
     "MlpClassifier": "pax_core.models.mlp",
     "Input": "pax_core.inputs.base",
     "SyntheticInput": "pax_core.inputs.synthetic",
+    "parse_tf_example": "pax_core.inputs.tfds",
+    "make_tf_example": "pax_core.inputs.tfds",
+    "tfds_split_files": "pax_core.inputs.tfds",
     "Logger": "pax_core.loggers.base",
     "Checkpointer": "pax_core.checkpointers.base",
     "CheckpointSettings": "pax_core.checkpointers.base",
@@ -57,6 +61,7 @@ _EXPORTS: dict[str, str] = {
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",
     "Spmd": "pax_core.parallel.spmd",
+    "mean_across_shards": "pax_core.parallel.partitioner",
     "Backend": "pax_core.backends.base",
     "CpuBackend": "pax_core.backends.cpu",
     "axes": "pax_core.axes",

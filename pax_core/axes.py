@@ -17,8 +17,10 @@ KV = "kv"
 VOCAB = "vocab"
 LAYERS = "layers"
 STAGES = "stages"  # a pipeline's stage dimension (its weights, its in-flight activations)
+CHANNELS = "channels"  # a convolution's feature maps (its output channels, its activations)
+CLASSES = "classes"  # a classifier's outputs
 
-LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS, STAGES)
+LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS, STAGES, CHANNELS, CLASSES)
 
 # Mesh axes, Pax's names: data parallelism across slices, FSDP-style data parallelism, model
 # (tensor) parallelism; pipelined experiments put a pipeline's stages first.
@@ -35,7 +37,9 @@ Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 # Pax's canonical LM sharding. Weights: a 2-D [data, mdl] layout, replicated over replica.
 # Activations: batch over (replica, data), the model dimension over mdl. Rules are tried in
 # order and a mesh axis a tensor already uses is skipped, which is how embed lands on data for
-# weights but on mdl for activations whose batch took data.
+# weights but on mdl for activations whose batch took data. Vision models split convolution
+# channels and classes over mdl, Megatron-style; with mdl 1 their weights are replicated, as
+# in Pax's ResNets.
 DEFAULT_RULES: Rules = (
     (BATCH, (REPLICA, DATA)),
     (LENGTH, None),
@@ -46,6 +50,8 @@ DEFAULT_RULES: Rules = (
     (MLP, MDL),
     (HEADS, MDL),
     (KV, None),
+    (CHANNELS, MDL),
+    (CLASSES, MDL),
 )
 
 # Pax's pipelined LM sharding: stacked layer weights split by stage; outside the pipeline

@@ -26,11 +26,13 @@ API = [
     "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
     "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "EarlyStopping", "ExpOpt",
     "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner",
-    "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "Lion", "Logger",
+    "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "LinearRampupPiecewiseConstant",
+    "Lion", "Logger",
     "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
     "PluginOpt", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError", "RunInfo",
     "SetOpt", "Sgd", "Spmd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
-    "__version__", "axes", "hookimpl", "restore_latest", "warn",
+    "__version__", "axes", "hookimpl", "make_tf_example", "mean_across_shards",
+    "parse_tf_example", "restore_latest", "tfds_split_files", "warn",
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
@@ -38,10 +40,12 @@ TESTING_API = [
     "plan", "read_metrics", "read_params", "register_plugin", "resolve", "run_pax",
     "step_flops", "train", "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
-PLUGIN_SOURCES = ["pax_lm/src", "plugins/pax_transformer/src", "plugins/pax_pipeline/src",
-                  "plugins/pax_seqio/src", "tests/plugins/pax_testplugin/src"]
-PLUGIN_TESTS = ["pax_lm/tests", "plugins/pax_transformer/tests", "plugins/pax_pipeline/tests",
-                "plugins/pax_seqio/tests", "tests/plugins/pax_testplugin/tests"]
+PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "plugins/pax_transformer/src",
+                  "plugins/pax_pipeline/src", "plugins/pax_seqio/src",
+                  "tests/plugins/pax_testplugin/src"]
+PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "plugins/pax_transformer/tests",
+                "plugins/pax_pipeline/tests", "plugins/pax_seqio/tests",
+                "tests/plugins/pax_testplugin/tests"]
 
 
 def _installed(tmp_path: Path, name: str, source: str) -> dict[str, str]:

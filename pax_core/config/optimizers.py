@@ -12,6 +12,7 @@ import dataclasses
 import math
 from typing import Any
 
+import jax
 import optax
 
 from pax_core.config.schedules import Constant
@@ -24,6 +25,10 @@ class Optimizer:
 
     ``clip_gradient_norm_to_value`` clips the global gradient norm (0: off).
     ``weight_decay`` is decoupled: added to the update before the learning-rate scaling.
+    ``l2_regularizer_weight`` is coupled L2 regularisation (Pax's): ``weight x parameter`` added
+    to the clipped gradient, so it passes through momentum like the loss's own gradient.
+    ``skip_lp_1d_vectors`` exempts parameters of at most one dimension (biases, norm scales)
+    from both, as Pax's ResNets do.
     ``ema_decay`` in (0, 1) keeps an exponential moving average of the parameters in the
     optimizer state (saved with it; evaluated with ``task.train.eval_use_ema_states``).
     """
@@ -32,12 +37,17 @@ class Optimizer:
     lr_schedule: Any = dataclasses.field(default_factory=Constant)
     clip_gradient_norm_to_value: float = 0.0
     weight_decay: float = 0.0
+    l2_regularizer_weight: float = 0.0
+    skip_lp_1d_vectors: bool = False
     ema_decay: float = 0.0
 
     def __post_init__(self):
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"learning_rate must be a finite number > 0, got "
                              f"{self.learning_rate}")
+        for name in ("weight_decay", "l2_regularizer_weight"):
+            if not getattr(self, name) >= 0:
+                raise ValueError(f"{name} must be >= 0 (0: off), got {getattr(self, name)}")
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1) (0: no average), got "
                              f"{self.ema_decay}")
@@ -53,17 +63,29 @@ class Optimizer:
         """The update rule, then decay, then the learning rate: the final updates."""
         parts = [self.update_rule()]
         if self.weight_decay > 0:
-            parts.append(optax.add_decayed_weights(self.weight_decay))
+            parts.append(self.decayed_weights(self.weight_decay))
         return [*parts, optax.scale_by_learning_rate(self.learning_rate_at)]
+
+    def decayed_weights(self, weight: float) -> optax.GradientTransformation:
+        """``weight x parameter`` added to the updates, 1-D parameters left out with
+        ``skip_lp_1d_vectors``."""
+        mask = _matrices if self.skip_lp_1d_vectors else None
+        return optax.add_decayed_weights(weight, mask=mask)
 
     def build(self) -> optax.GradientTransformation:
         parts = []
         if self.clip_gradient_norm_to_value > 0:
             parts.append(optax.clip_by_global_norm(self.clip_gradient_norm_to_value))
+        if self.l2_regularizer_weight > 0:
+            parts.append(self.decayed_weights(self.l2_regularizer_weight))
         parts.extend(self.scaled_update())
         if self.ema_decay > 0:
             parts.append(track_ema(self.ema_decay))
         return optax.chain(*parts)
+
+
+def _matrices(params: Any) -> Any:
+    return jax.tree.map(lambda p: p.ndim > 1, params)
 
 
 @dataclasses.dataclass
@@ -145,7 +167,8 @@ class Adafactor(Optimizer):
             beta1=self.beta1, clipping_threshold=self.clipping_threshold,
             factored=self.factored, epsilon1=self.epsilon1,
             multiply_by_parameter_scale=self.multiply_by_parameter_scale,
-            epsilon2=self.epsilon2, weight_decay=self.weight_decay)]
+            epsilon2=self.epsilon2, weight_decay=self.weight_decay,
+            decay_1d=not self.skip_lp_1d_vectors)]
 
 
 @dataclasses.dataclass

@@ -90,3 +90,32 @@ class LinearRampupCosineDecay(_RampThenDecay):
     def _decay(self, progress):
         low = self.max * self.min_ratio
         return low + (self.max - low) * 0.5 * (1.0 + jnp.cos(math.pi * progress))
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRampupPiecewiseConstant:
+    """A linear ramp from 0 to ``values[0]`` at ``boundaries[0]``, then ``values[i]`` from
+    ``boundaries[i]`` until the next boundary (Pax's LinearRampupPiecewiseConstant: its
+    ResNets ramp for 5 epochs and divide by 10 at epochs 30, 60 and 80)."""
+
+    boundaries: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self):
+        name = type(self).__name__
+        if not self.boundaries or len(self.boundaries) != len(self.values):
+            raise ValueError(f"{name}: boundaries and values must be non-empty and of one "
+                             f"length, got {len(self.boundaries)} and {len(self.values)}")
+        if any(b < 0 for b in self.boundaries) or list(self.boundaries) != sorted(
+                self.boundaries):
+            raise ValueError(f"{name}: boundaries must be >= 0 and increasing, got "
+                             f"{list(self.boundaries)}")
+
+    def __call__(self, step):
+        step = jnp.asarray(step, jnp.float32)
+        first = self.boundaries[0]
+        ramp = self.values[0] * (jnp.minimum(step / first, 1.0) if first > 0 else 1.0)
+        piece = jnp.sum(step[..., None] >= jnp.asarray(self.boundaries[1:], jnp.float32),
+                        axis=-1) if len(self.boundaries) > 1 else jnp.zeros_like(step, jnp.int32)
+        held = jnp.asarray(self.values, jnp.float32)[piece]
+        return jnp.where(step < first, ramp, held)

@@ -62,9 +62,10 @@ def _columns(structure: Any, rows: Any, width: int) -> list[Any]:
 def pax_adafactor(learning_rate_at: Callable[[jax.Array], jax.Array], *, decay_method: str,
                   decay_rate: float, beta1: float, clipping_threshold: float, factored: bool,
                   epsilon1: float, multiply_by_parameter_scale: bool, epsilon2: float,
-                  weight_decay: float) -> optax.GradientTransformation:
+                  weight_decay: float, decay_1d: bool = True) -> optax.GradientTransformation:
     """The whole Adafactor update, learning rate and decoupled weight decay included (Pax
-    applies momentum after the learning rate, so they cannot be separate links of a chain)."""
+    applies momentum after the learning rate, so they cannot be separate links of a chain);
+    ``decay_1d`` False leaves parameters of at most one dimension undecayed."""
 
     def is_factored(shape: tuple[int, ...]) -> bool:
         return factored and len(shape) >= 2
@@ -104,7 +105,7 @@ def pax_adafactor(learning_rate_at: Callable[[jax.Array], jax.Array], *, decay_m
         if beta1:
             m = _finite(beta1 * m + (1 - beta1) * step)
             step = m
-        if weight_decay:
+        if weight_decay and (decay_1d or param.ndim > 1):
             step = step + weight_decay * learning_rate * param
         return -step.astype(param.dtype), m, v_row, v_col, v
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import contextvars
 import math
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +57,33 @@ class AxisReduction(Reduction):
 
     def gradients(self, tree: Any) -> Any:
         return jax.lax.pmean(tree, self.axis)
+
+
+_ACTIVE_REDUCTION: contextvars.ContextVar[Reduction | None] = contextvars.ContextVar(
+    "pax_active_reduction", default=None)
+
+
+def mean_across_shards(tree: Any) -> Any:
+    """The mean of ``tree`` over the shards of the batch that the running step sees.
+
+    A model calls it on per-example statistics it has already averaged over its own rows
+    (synchronised batch norm's mean and mean square): under the SPMD partitioner the step sees
+    the global batch, so the values are returned as they are; under the data-parallel one each
+    device sees its rows, and the values are averaged across devices. Outside a train or eval
+    step it is the identity.
+    """
+    reduction = _ACTIVE_REDUCTION.get()
+    return tree if reduction is None else reduction.mean(tree)
+
+
+@contextlib.contextmanager
+def reducing_with(reduction: Reduction):
+    """Make ``reduction`` the one ``mean_across_shards`` uses while a step is traced."""
+    token = _ACTIVE_REDUCTION.set(reduction)
+    try:
+        yield
+    finally:
+        _ACTIVE_REDUCTION.reset(token)
 
 
 class Partitioner(abc.ABC):

@@ -72,6 +72,16 @@ class Run:
         average with ``task.train.eval_use_ema_states``, else the trained ones."""
         return ema_params(state) if self.task.train.eval_use_ema_states else state.params
 
+    def eval_variables(self, state: TrainState) -> dict[str, Any]:
+        """The model's variables as the job evaluates, predicts and exports them: the
+        ``eval_params`` beside the model state (batch norm's moving statistics)."""
+        return state.variables(self.eval_params(state))
+
+    @property
+    def eval_variables_shardings(self) -> dict[str, Any]:
+        """Where ``eval_variables`` live: with the parameters and the model state."""
+        return {"params": self.state_shardings.params, **self.state_shardings.model_state}
+
     def make_checkpointer(self, directory: str) -> Checkpointer:
         train = self.task.train
         settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep,

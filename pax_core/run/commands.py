@@ -216,4 +216,4 @@ def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items
                                       distributed=distributed, step=step)
     if not run.eval_inputs:
         raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
-    return step, Evaluator(run, host).evaluate(run.eval_params(state))
+    return step, Evaluator(run, host).evaluate(run.eval_variables(state))

@@ -20,14 +20,15 @@ class Evaluator:
         self.run, self.host = run, host
         partitioner = run.partitioner
         self._step = partitioner.compile_step(
-            make_eval_step(run.task.model, partitioner.reduction), run.state_shardings.params,
+            make_eval_step(run.task.model, partitioner.reduction), run.eval_variables_shardings,
             None, partitioner.replicated)
 
-    def evaluate(self, params) -> dict[str, dict[str, float]]:
-        """``{dataset name: {metric: value}}`` for every eval dataset."""
-        return {data.name: self._evaluate_one(params, data) for data in self.run.eval_inputs}
+    def evaluate(self, variables) -> dict[str, dict[str, float]]:
+        """``{dataset name: {metric: value}}`` for every eval dataset, of the model's
+        ``variables`` (``Run.eval_variables``)."""
+        return {data.name: self._evaluate_one(variables, data) for data in self.run.eval_inputs}
 
-    def _evaluate_one(self, params, data) -> dict[str, float]:
+    def _evaluate_one(self, variables, data) -> dict[str, float]:
         data.reset()
         sums, count = None, 0
         while data.eval_num_batches < 0 or count < data.eval_num_batches:
@@ -37,7 +38,7 @@ class Evaluator:
                 break
             except Exception as e:
                 raise self.host.provider_error("input", data, e) from e
-            out = self._step(params, self.run.partitioner.global_batch(local))
+            out = self._step(variables, self.run.partitioner.global_batch(local))
             sums = out if sums is None else jax.tree.map(lambda a, b: a + b, sums, out)
             count += 1
         if sums is None:

@@ -2,10 +2,12 @@
 
 The output directory holds ``params/`` (an Orbax checkpoint of the parameters only: no
 optimizer state, no input position; the moving average when the job evaluates it,
-``task.train.eval_use_ema_states``), ``config.json`` (the job's Fiddle config) and
-``export.json`` (the experiment, the step, the parameter count and where they came from). It
-is written beside its destination (``DIR.partial``, replaced by the next export) and renamed
-into place, so the destination only ever appears complete; an existing one is never overwritten.
+``task.train.eval_use_ema_states``), ``model_state/`` beside it for a model that keeps one
+(batch norm's moving statistics, without which it cannot be served), ``config.json`` (the
+job's Fiddle config) and ``export.json`` (the experiment, the step, the parameter count and
+where they came from). It is written beside its destination (``DIR.partial``, replaced by the
+next export) and renamed into place, so the destination only ever appears complete; an
+existing one is never overwritten.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     try:
         with ocp.StandardCheckpointer() as checkpointer:
             checkpointer.save(partial / "params", params)
+            if state.model_state:
+                checkpointer.save(partial / "model_state", state.model_state)
         if jax.process_index() == 0:
             write_atomic(partial / "config.json", run.resolved.to_json())
             write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")

@@ -160,7 +160,7 @@ class TrainLoop:
         if not self.evaluates:
             return {}
         self._check_anomalies()
-        results = self.evaluator.evaluate(self.run.eval_params(state))
+        results = self.evaluator.evaluate(self.run.eval_variables(state))
         for name, metrics in results.items():
             self._log(step, f"eval/{name}", metrics)
         return results

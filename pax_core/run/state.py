@@ -17,12 +17,24 @@ from pax_core.config.transforms import EmaState
 
 @struct.dataclass
 class TrainState:
-    """Parameters, optimizer state, the step counter and the RNG key: all a checkpoint holds."""
+    """Parameters, optimizer state, the step counter, the RNG key and the model's own state:
+    all a checkpoint holds.
+
+    ``model_state`` holds the model's Flax variable collections other than ``params`` (batch
+    norm's moving statistics in ``batch_stats``, say): values a train step updates by running
+    the model rather than by the optimizer. It is empty for a model without any.
+    """
 
     params: Any
     opt_state: Any
     step: jax.Array
     rng: jax.Array
+    model_state: Any = struct.field(default_factory=dict)
+
+    def variables(self, params: Any = None) -> dict[str, Any]:
+        """The model's variables for ``model.apply``: ``params`` (these, or the state's own)
+        beside the collections of ``model_state``."""
+        return {"params": self.params if params is None else params, **self.model_state}
 
 
 def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
@@ -44,22 +56,25 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
         batch = {k: jnp.zeros(s.shape, s.dtype) for k, s in batch_spec.items()}
         variables = model.init({"params": params_rng, "dropout": dropout_rng}, batch, train=False)
         params = nn.meta.unbox(variables["params"])
+        model_state = {k: v for k, v in variables.items() if k != "params"}
         opt_state = tx.init(params)
         return TrainState(variables["params"] if boxed else params, opt_state,
-                          jnp.zeros((), jnp.int32), state_rng)
+                          jnp.zeros((), jnp.int32), state_rng,
+                          model_state if boxed else nn.meta.unbox(model_state))
 
     return init
 
 
 def logical_axes(abstract_boxed_state: TrainState) -> TrainState:
     """Per leaf of the state, a ``PartitionSpec`` of logical axis names: the model's names for
-    the parameters, the same names for every optimizer-state leaf of its parameter's shape
-    (Adam's moments, an EMA), and none (replicated) for the rest: counters, and the factored
-    moments of Adafactor, which are vectors a small fraction of their parameter's size."""
+    the parameters and the model state, the same names for every optimizer-state leaf of its
+    parameter's shape (Adam's moments, an EMA), and none (replicated) for the rest: counters,
+    and the factored moments of Adafactor, which are vectors a small fraction of their
+    parameter's size."""
     boxed = abstract_boxed_state
     return TrainState(nn.get_partition_spec(boxed.params),
                       _mirrored_axes(boxed.opt_state, boxed.params),
-                      PartitionSpec(), PartitionSpec())
+                      PartitionSpec(), PartitionSpec(), nn.get_partition_spec(boxed.model_state))
 
 
 def _mirrored_axes(opt_state: Any, boxed_params: Any) -> Any:

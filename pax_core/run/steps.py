@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import optax
 
 from pax_core.models.output import ModelOutput
-from pax_core.parallel.partitioner import Reduction
+from pax_core.parallel.partitioner import Reduction, reducing_with
 from pax_core.run.state import TrainState
 
 
@@ -39,40 +39,56 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
     }
 
 
+def _floats_mean(reduction: Reduction, tree: Any) -> Any:
+    """``tree`` averaged across shards where its leaves are floats (moving statistics), so that
+    every shard keeps the same model state; integer leaves (counters) are equal already."""
+    return jax.tree.map(lambda x: reduction.mean(x) if jnp.issubdtype(x.dtype, jnp.floating)
+                        else x, tree)
+
+
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_at: Callable[[jax.Array], jax.Array],
                     num_microbatches: int = 1, reduction: Reduction | None = None,
                     skip_anomalies: bool = False) -> Callable[..., tuple[TrainState, dict]]:
     """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
     asked, and combined across shards by ``reduction`` when the step runs per shard), one
-    optimizer update, and the step's loss, learning rate and gradient norm.
+    optimizer update, the model state the forward pass updated (batch norm's statistics, one
+    microbatch after another), and the step's loss, learning rate and gradient norm.
 
     ``anomalous`` in the metrics is 1 when the loss or the gradient norm is not finite; with
-    ``skip_anomalies`` such a step keeps the old parameters and optimizer state."""
+    ``skip_anomalies`` such a step keeps the old parameters, optimizer and model state."""
     reduction = reduction or Reduction()
 
-    def grads_of(params, batch, rng):
+    def grads_of(params, model_state, batch, rng):
         def loss_fn(p):
-            out: ModelOutput = model.apply({"params": p}, batch, train=True,
-                                           rngs={"dropout": rng})
-            return out.loss, out
+            variables = {"params": p, **model_state}
+            with reducing_with(reduction):
+                if not model_state:
+                    out = model.apply(variables, batch, train=True, rngs={"dropout": rng})
+                    return out.loss, (out, model_state)
+                out, updated = model.apply(variables, batch, train=True, rngs={"dropout": rng},
+                                           mutable=list(model_state))
+            return out.loss, (out, {**model_state, **updated})
 
-        (_, out), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-        return grads, out
+        (_, (out, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        return grads, out, model_state
 
-    def accumulate(params, batch, rng):
-        def body(acc, xs):
+    def accumulate(params, model_state, batch, rng):
+        def body(carry, xs):
+            acc, model_state = carry
             mb, mb_rng = xs
-            grads, out = grads_of(params, mb, mb_rng)
-            return jax.tree.map(jnp.add, acc, grads), out
+            grads, out, model_state = grads_of(params, model_state, mb, mb_rng)
+            return (jax.tree.map(jnp.add, acc, grads), model_state), out
 
         zeros = jax.tree.map(jnp.zeros_like, params)
         rngs = jax.random.split(rng, num_microbatches)
-        summed, outs = jax.lax.scan(body, zeros, (_microbatches(batch, num_microbatches), rngs))
+        (summed, model_state), outs = jax.lax.scan(
+            body, (zeros, model_state), (_microbatches(batch, num_microbatches), rngs))
         grads = jax.tree.map(lambda g: g / num_microbatches, summed)
         metrics = {k: (v.reshape(-1), None if w is None else w.reshape(-1))
                    for k, (v, w) in outs.metrics.items()}
-        return grads, ModelOutput(jnp.mean(outs.loss), metrics, jnp.sum(outs.num_tokens))
+        out = ModelOutput(jnp.mean(outs.loss), metrics, jnp.sum(outs.num_tokens))
+        return grads, out, model_state
 
     def combined(grads, out: ModelOutput):
         """Gradients and metrics of the whole batch from this shard's."""
@@ -83,18 +99,18 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
 
     def train_step(state: TrainState, batch: dict[str, jax.Array]):
         rng, step_rng = jax.random.split(state.rng)
-        if num_microbatches > 1:
-            grads, out = accumulate(state.params, batch, step_rng)
-        else:
-            grads, out = grads_of(state.params, batch, step_rng)
+        compute = accumulate if num_microbatches > 1 else grads_of
+        grads, out, model_state = compute(state.params, state.model_state, batch, step_rng)
+        model_state = _floats_mean(reduction, model_state)
         grads, loss, means, tokens = combined(grads, out)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         if skip_anomalies:
-            params, opt_state = jax.tree.map(lambda new, old: jnp.where(finite, new, old),
-                                             (params, opt_state), (state.params, state.opt_state))
+            params, opt_state, model_state = jax.tree.map(
+                lambda new, old: jnp.where(finite, new, old), (params, opt_state, model_state),
+                (state.params, state.opt_state, state.model_state))
         metrics = {
             "loss": loss,
             **means,
@@ -103,19 +119,21 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
             "num_tokens": tokens,
             "anomalous": 1.0 - finite.astype(jnp.float32),
         }
-        return TrainState(params, opt_state, state.step + 1, rng), metrics
+        return TrainState(params, opt_state, state.step + 1, rng, model_state), metrics
 
     return train_step
 
 
 def make_eval_step(model: nn.Module, reduction: Reduction | None = None
                    ) -> Callable[..., dict[str, tuple[jax.Array, jax.Array]]]:
-    """``(params, batch) -> sums``: weighted sums (not means), so that the loop can add them over
-    eval batches on the device and divide once at the end."""
+    """``(variables, batch) -> sums``: weighted sums (not means), so that the loop can add them
+    over eval batches on the device and divide once at the end. ``variables`` are the model's
+    (``Run.eval_variables``: the parameters it evaluates and its model state)."""
     reduction = reduction or Reduction()
 
-    def eval_step(params, batch):
-        out: ModelOutput = model.apply({"params": params}, batch, train=False)
+    def eval_step(variables, batch):
+        with reducing_with(reduction):
+            out: ModelOutput = model.apply(variables, batch, train=False)
         loss = reduction.mean(out.loss)
         return {"loss": (loss, jnp.ones(())), **reduction.sum(_weighted_sums(out.metrics))}
 

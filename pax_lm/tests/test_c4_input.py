@@ -11,9 +11,8 @@ import pytest
 from array_record.python.array_record_module import ArrayRecordWriter
 from test_text_input import all_rows
 
-from pax_core import UsageError
+from pax_core import UsageError, make_tf_example
 from pax_core.testing import read_metrics, run_pax
-from pax_lm.data import tf_example
 from pax_lm.data.prepare import prepare
 from pax_lm.inputs.c4 import C4Input
 from pax_lm.inputs.corpus import default_corpus
@@ -42,7 +41,7 @@ def c4(tmp_path_factory) -> dict[str, str]:
         name = f"c4-{split}.array_record-{shard:05d}-of-{count:05d}"
         writer = ArrayRecordWriter(str(root / "tfds" / name), "group_size:1")
         for i, text in enumerate(texts):
-            writer.write(tf_example.example(**record(text, i)))
+            writer.write(make_tf_example(**record(text, i)))
         writer.close()
     model = train_sentencepiece(chapters[:300], root / "spm", vocab_size=400)
     return {"json": str(root / "json"), "tfds": str(root / "tfds"), "model": model,

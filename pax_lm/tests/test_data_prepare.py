@@ -9,9 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from pax_core import UsageError
+from pax_core import UsageError, make_tf_example
 from pax_core.testing import run_pax
-from pax_lm.data import tf_example
 from pax_lm.data.prepare import PROGRESS, prepare
 from pax_lm.data.shards import PreparedDataset
 from pax_lm.tokenizers import ByteTokenizer
@@ -39,7 +38,7 @@ def write_sources(folder, docs: list[str]) -> list[str]:
         f.writelines(json.dumps({"text": docs[i]}) + "\n" for i in b)
     writer = ArrayRecordWriter(str(folder / "c-train.array_record-00000-of-00001"), "group_size:1")
     for i in c:
-        writer.write(tf_example.example(text=docs[i], url="http://x"))
+        writer.write(make_tf_example(text=docs[i], url="http://x"))
     writer.close()
     (folder / "d.txt").write_text(docs[d[0]])
     return [docs[i] for i in [*a, *b, *c, d[0]]]

@@ -86,3 +86,21 @@ def test_masks() -> None:
     np.testing.assert_array_equal(
         segment_mask(jnp.array([[1, 1, 2]]))[0, 0], [[1, 1, 0], [1, 1, 0], [0, 0, 1]]
     )
+
+
+@pytest.mark.parametrize("logit_cap", [0.0, 30.0], ids=["fused", "capped"])
+def test_non_causal_attention_sees_later_positions(logit_cap: float) -> None:
+    """With ``causal=False`` the first position's output depends on the last input; causal
+    attention's does not."""
+    from pax_transformer.layers.attention import Attention
+
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, 5, 16))
+    later = x.at[:, -1].add(1.0)
+    positions = jnp.arange(5)[None]
+    for causal in (True, False):
+        layer = Attention(num_heads=2, num_kv_heads=2, dim_per_head=8, logit_cap=logit_cap,
+                          kernel_init=jax.nn.initializers.normal(0.5), causal=causal)
+        params = layer.init(jax.random.PRNGKey(1), x, positions)
+        first = [layer.apply(params, inputs, positions)[:, 0] for inputs in (x, later)]
+        changed = not np.allclose(first[0], first[1], atol=1e-6)
+        assert changed == (not causal), causal

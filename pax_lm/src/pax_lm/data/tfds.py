@@ -30,11 +30,6 @@ from pax_lm.tokenizers import Tokenizer
 _KEPT = 16384
 
 
-def split_files(folder: str | Path, split: str) -> list[Path]:
-    """The ArrayRecord files of ``split`` in a TFDS dataset folder, in shard order."""
-    return sorted(Path(folder).glob(f"*-{split}.array_record-*-of-*"))
-
-
 class TfdsText:
     """The documents of ``files`` (TFDS ArrayRecord files of one split), the bytes feature
     ``field`` of each record tokenized with ``tokenizer``. Picklable (input workers)."""

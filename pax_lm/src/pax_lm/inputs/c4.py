@@ -18,10 +18,10 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from pax_core import UsageError
+from pax_core import UsageError, tfds_split_files
 from pax_lm.data import shards
 from pax_lm.data.shards import PreparedDataset
-from pax_lm.data.tfds import TfdsText, split_files
+from pax_lm.data.tfds import TfdsText
 from pax_lm.inputs.tokens import TokensInput, TokenSource
 from pax_lm.tokenizers import SentencePieceTokenizer
 
@@ -63,7 +63,7 @@ class C4Input(TokensInput):
             data = PreparedDataset.open(folder / self.c4_split)
             data.check_tokenizer(self.tokenizer.name, self.tokenizer.fingerprint)
             return [data]
-        files = split_files(folder, self.c4_split)
+        files = tfds_split_files(folder, self.c4_split)
         if files:
             return [TfdsText(files, self.tokenizer)]
         raise UsageError(self._missing_split(folder))

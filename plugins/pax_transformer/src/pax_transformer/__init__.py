@@ -15,11 +15,12 @@ _EXPORTS = {
     "BlockConfig": "pax_transformer.layers.block",
     "TransformerLm": "pax_transformer.models",
     "TransformerStack": "pax_transformer.layers.stack",
+    "block_weights": "pax_transformer.layers.block",
     "count_params": "pax_transformer.models",
     "stack_layer_params": "pax_transformer.layers.stack",
 }
-__all__ = ["BlockConfig", "TransformerLm", "TransformerStack", "__version__", "count_params",
-           "stack_layer_params"]
+__all__ = ["BlockConfig", "TransformerLm", "TransformerStack", "__version__", "block_weights",
+           "count_params", "stack_layer_params"]
 
 
 def __getattr__(name: str) -> Any:

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
-from pax_transformer.layers.block import ACTIVATION_AXES, BlockConfig
+from pax_transformer.layers.block import ACTIVATION_AXES, BlockConfig, block_weights
 from pax_transformer.layers.embedding import Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
@@ -276,15 +276,9 @@ def count_params(**fields: Any) -> int:
     same way.
     """
     m = TransformerLm(**fields)
-    d, f, vocab = m.model_dims, m.hidden_dims, m.vocab_size
-    heads, kv_heads, head_dims = m.num_heads, m.kv_heads, m.head_dims
-    bias = int(m.use_bias)
-    ffn_in = 2 if m.gated else 1
+    d, vocab, bias = m.model_dims, m.vocab_size, int(m.use_bias)
     norm = 2 * d if m.norm == "layernorm" else d
-
-    attention = (d + bias) * (heads + 2 * kv_heads) * head_dims + (heads * head_dims + bias) * d
-    ffn = ffn_in * (d + bias) * f + (f + bias) * d
-    total = vocab * d + m.num_layers * (2 * norm + attention + ffn) + norm
+    total = vocab * d + m.num_layers * block_weights(m.block_config(), d) + norm
     if m.position == "learned":
         total += m.max_seq_len * d
     if not m.tied_embedding:

@@ -1,4 +1,4 @@
-"""Causal self-attention: multi-head, grouped-query and multi-query, with an optional KV cache.
+"""Self-attention, causal or not: multi-head, grouped-query and multi-query, with a KV cache.
 
 Attention itself goes through ``jax.nn.dot_product_attention`` so that a GPU backend can pick
 cuDNN's fused kernel. That function has no logit cap, so with ``logit_cap > 0`` (Pax's
@@ -6,8 +6,8 @@ cuDNN's fused kernel. That function has no logit cap, so with ``logit_cap > 0`` 
 thing with the same mask, the same 1/sqrt(dim_per_head) scale and a float32 softmax.
 
 Masking is by slot: query slot i (offset by the cache index when decoding) sees key slots
-j <= i, and with ``segment_ids`` only keys of its own segment. A token always sees itself, so no
-row is ever fully masked.
+j <= i (every slot with ``causal=False``, an encoder's attention), and with ``segment_ids`` only
+keys of its own segment. A token always sees itself, so no row is ever fully masked.
 """
 
 from __future__ import annotations
@@ -40,12 +40,12 @@ def segment_mask(segment_ids: jax.Array) -> jax.Array:
 
 
 def capped_attention(
-    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array, logit_cap: float
+    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None, logit_cap: float
 ) -> jax.Array:
     """``dot_product_attention`` with ``cap * tanh(logits / cap)`` on the scaled logits.
 
     query [B, T, N, H], key/value [B, S, K, H] with K dividing N, mask broadcastable to
-    [B, N, T, S] -> [B, T, N, H]. Logits and softmax in float32.
+    [B, N, T, S] (None: no mask) -> [B, T, N, H]. Logits and softmax in float32.
     """
     batch, length, heads, dims = query.shape
     kv_heads = key.shape[2]
@@ -53,14 +53,16 @@ def capped_attention(
     logits = jnp.einsum("btkgh,bskh->bkgts", grouped, key, preferred_element_type=jnp.float32)
     logits = logits * dims**-0.5
     logits = logit_cap * jnp.tanh(logits / logit_cap)
-    logits = jnp.where(mask[:, :, None], logits, jnp.finfo(jnp.float32).min)
+    if mask is not None:
+        logits = jnp.where(mask[:, :, None], logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
     context = jnp.einsum("bkgts,bskh->btkgh", probs, value)
     return context.reshape(batch, length, heads, dims)
 
 
 def attend(
-    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array, logit_cap: float = 0.0
+    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
+    logit_cap: float = 0.0,
 ) -> jax.Array:
     """Masked attention, through ``dot_product_attention`` unless a logit cap is asked for."""
     if logit_cap:
@@ -91,6 +93,7 @@ class Attention(nn.Module):
     rotary: bool = True
     rotary_base: float = 10000.0
     max_seq_len: int = 2048
+    causal: bool = True
     decode: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
@@ -129,9 +132,10 @@ class Attention(nn.Module):
             key, value = self._update_cache(key, value, decode_start)
             mask = causal_mask(query.shape[1], key.shape[1], decode_start)
         else:
-            mask = causal_mask(query.shape[1], key.shape[1])
+            mask = causal_mask(query.shape[1], key.shape[1]) if self.causal else None
             if segment_ids is not None:
-                mask = mask & segment_mask(segment_ids)
+                segments = segment_mask(segment_ids)
+                mask = segments if mask is None else mask & segments
         context = attend(query, key, value, mask, self.logit_cap)
         context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
 

@@ -23,7 +23,9 @@ ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
-    """A transformer block's settings, with derived values (heads, dims) already resolved."""
+    """A transformer block's settings, with derived values (heads, dims) already resolved.
+
+    ``causal`` False lets every position attend to every other (an encoder's blocks: ViT)."""
 
     hidden_dims: int
     num_heads: int
@@ -42,6 +44,19 @@ class BlockConfig:
     init_std: float | None
     dtype: Any
     param_dtype: Any
+    causal: bool = True
+
+
+def block_weights(c: BlockConfig, model_dims: int) -> int:
+    """The number of weights of one block with settings ``c`` over ``model_dims``-wide
+    activations (its two norms, attention and feed-forward), from the layers' layout (no
+    tracing)."""
+    d, f, bias = model_dims, c.hidden_dims, int(c.use_bias)
+    heads, kv_heads, head_dims = c.num_heads, c.num_kv_heads, c.dim_per_head
+    norm = 2 * d if c.norm == "layernorm" else d
+    attention = (d + bias) * (heads + 2 * kv_heads) * head_dims + (heads * head_dims + bias) * d
+    ffn = (2 if c.gated else 1) * (d + bias) * f + (f + bias) * d
+    return 2 * norm + attention + ffn
 
 
 class TransformerBlock(nn.Module):
@@ -80,6 +95,7 @@ class TransformerBlock(nn.Module):
             rotary=c.rotary,
             rotary_base=c.rotary_base,
             max_seq_len=c.max_seq_len,
+            causal=c.causal,
             decode=self.decode,
             dtype=c.dtype,
             param_dtype=c.param_dtype,
