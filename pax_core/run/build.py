@@ -241,6 +241,8 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     try:
         with partitioner.context():
             boxed = jax.eval_shape(init, np.uint32(0))
+    except PaxError:
+        raise  # the model refused the batch (images of another size): the user's to fix
     except Exception as e:
         raise host.provider_error("model", job.task.model, e) from e
     abstract = nn.meta.unbox(boxed)

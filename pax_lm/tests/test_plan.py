@@ -23,7 +23,7 @@ from pax_lm.experiments.catalogue import EXPERIMENTS
 
 MAX_DEVICES = 512
 PIPELINE_DEVICES = 1024
-GROUP = 4
+GROUP = 8
 
 PLAN_SCRIPT = """
 import json, sys
