@@ -27,7 +27,7 @@ EXPERIMENTS: list[ExperimentRef] = [
          "Pax's MNIST CNN and SGD; IDX files (Fashion-MNIST by default)"),
     _own("mnist", "FashionMnistCnn", "Pax's MNIST CNN with Adam: 0.9+ on Fashion-MNIST on a CPU"),
     _own("digits", "QuickStartDigits",
-         "the quick start: a CNN on scikit-learn's 8x8 digits, a minute on a laptop CPU"),
+         "the quick start: a CNN on scikit-learn's 8x8 digits, 20 seconds on a laptop CPU"),
     _own("digits", "TinyDigitsForTests", "the smallest digits classifier: for tests"),
     _own("digits", "TinyResNetForTests", "a ResNet-18 of width 4 on the digits: for tests"),
     _own("digits", "TinyViTForTests", "a two-layer ViT on the digits: for tests"),
