@@ -156,9 +156,8 @@ class ImageInput(Input):
 
     def _data_key(self) -> str:
         """What decides which images each batch holds: equal keys, equal batches."""
-        key = [self.seed, self._shuffles, self._repeats, self.batch_size,
-               self.source().fingerprint]
-        return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+        return fingerprint(self.seed, self._shuffles, self._repeats, self.batch_size,
+                           self.source().fingerprint)
 
     def _pipeline(self, first: int, workers: bool) -> grain.IterDataset:
         source = self.source()
