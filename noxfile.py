@@ -14,7 +14,7 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
-            "-e", "pax_lm[corpus,parquet]", "-e", "pax_vision[digits]",
+            "-e", "pax_lm[corpus,parquet]", "-e", "pax_vision[digits]", "-e", "pax_speech[test]",
             "-e", "tests/plugins/pax_testplugin"]
 
 

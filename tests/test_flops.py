@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from pax_core.config.resolve import resolve
 from pax_core.run.build import build_run
+from pax_core.run.train_steps import TrainSteps
 from pax_core.speed.flops import hardware_flops, loop_correction, step_flops
 from pax_core.testing import isolated_host
 
@@ -92,3 +94,22 @@ def test_convolutions_in_a_loop_are_counted_like_unrolled_ones():
     assert compiled.cost_analysis()["flops"] < 0.4 * unrolled
     # XLA leaves out the kernel taps that fall on padding; the correction counts them all.
     assert unrolled <= hardware_flops(compiled, 1) < 1.1 * unrolled
+
+
+def test_each_batch_shape_gets_its_own_compiled_step_and_its_own_flops():
+    """An input batching by length gives several shapes: each compiles once, and MFU averages
+    the FLOPs of the steps a summary covers."""
+    host = isolated_host()
+    run = build_run(host, resolve(host, "MlpSynthetic", None, []), jax.devices()[:1])
+    steps = TrainSteps(run, host)
+    state = run.init_state()
+    batch = run.partitioner.global_batch(run.train_input.get_next())
+    half = {k: v[: v.shape[0] // 2] for k, v in batch.items()}
+    state, _ = steps(state, batch)
+    state, metrics = steps(state, half)
+    state, _ = steps(state, half)
+    assert steps.num_shapes == 2
+    assert np.isfinite(float(metrics["loss"]))
+    full = steps.first_flops.model
+    assert steps.flops_since_last().model == pytest.approx(full * (1 + 0.5 + 0.5) / 3)
+    assert steps.flops_since_last() == steps.first_flops  # no step since the last summary

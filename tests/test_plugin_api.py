@@ -40,12 +40,12 @@ TESTING_API = [
     "plan", "read_metrics", "read_params", "register_plugin", "resolve", "run_pax",
     "step_flops", "train", "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
-PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "plugins/pax_transformer/src",
-                  "plugins/pax_pipeline/src", "plugins/pax_seqio/src",
-                  "tests/plugins/pax_testplugin/src"]
-PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "plugins/pax_transformer/tests",
-                "plugins/pax_pipeline/tests", "plugins/pax_seqio/tests",
-                "tests/plugins/pax_testplugin/tests"]
+PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "pax_speech/src",
+                  "plugins/pax_transformer/src", "plugins/pax_pipeline/src",
+                  "plugins/pax_seqio/src", "tests/plugins/pax_testplugin/src"]
+PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "pax_speech/tests",
+                "plugins/pax_transformer/tests", "plugins/pax_pipeline/tests",
+                "plugins/pax_seqio/tests", "tests/plugins/pax_testplugin/tests"]
 
 
 def _installed(tmp_path: Path, name: str, source: str) -> dict[str, str]:

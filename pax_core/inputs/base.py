@@ -89,7 +89,11 @@ class Input(abc.ABC):
 
     def abstract_batch(self) -> dict[str, Any]:
         """Shapes and dtypes of a local batch (``jax.ShapeDtypeStruct``); inputs whose data is
-        costly or may be absent (planning a run) override this to answer without reading."""
+        costly or may be absent (planning a run) override this to answer without reading.
+
+        An input may give batches of several shapes (length buckets): the training loop
+        compiles its step once for each shape it meets. It answers its largest shape here,
+        the one ``pax plan`` compiles and measures memory with."""
         import jax
 
         return {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in self.peek().items()}

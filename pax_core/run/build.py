@@ -89,21 +89,25 @@ class Run:
                                       keep_interval_seconds=train.keep_interval_seconds())
         return self.checkpointer.build(directory, settings)
 
-    def compile_train_step(self, donate_state: bool | None = None) -> jax.stages.Compiled:
+    def compile_train_step(self, donate_state: bool | None = None,
+                           batch_spec: dict[str, jax.ShapeDtypeStruct] | None = None,
+                           ) -> jax.stages.Compiled:
         """``(state, batch) -> (state, metrics)``, compiled ahead of time by the partitioner for
-        this run's shapes and shardings. The old state is donated where the devices' backend
-        says so, unless ``donate_state`` decides."""
+        this run's shardings and the shapes of ``batch_spec`` (global; default: the training
+        input's first batch). The old state is donated where the devices' backend says so,
+        unless ``donate_state`` decides."""
         learner, partitioner = self.task.train.learner, self.partitioner
         step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
                                learner.num_microbatches, partitioner.reduction,
                                skip_anomalies=learner.on_anomaly == "skip")
         donate = self.donates_train_state if donate_state is None else donate_state
-        batch_shardings = self.batch_shardings(self.batch_spec)
+        spec = self.batch_spec if batch_spec is None else batch_spec
+        batch_shardings = self.batch_shardings(spec)
         jitted = partitioner.compile_step(step, self.state_shardings, batch_shardings,
                                           (self.state_shardings, partitioner.replicated),
                                           donate_state=donate)
         batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_shardings[k])
-                 for k, v in self.batch_spec.items()}
+                 for k, v in spec.items()}
         return jitted.lower(self.abstract_state, batch).compile()
 
     def init_state(self) -> TrainState:

@@ -3,7 +3,8 @@
 It dispatches steps without waiting for them: metrics stay on the device until a summary step,
 and the host only blocks on a step ``max_inflight_steps`` behind the newest, which bounds memory
 without stalling the device. The step is compiled ahead of time, before the first batch is read,
-which also gives the compiled program's FLOPs for HFU. Every summary reports speed (steps/s,
+which also gives the compiled program's FLOPs for HFU (and again for each further batch shape an
+input gives: ``pax_core.run.train_steps``). Every summary reports speed (steps/s,
 MFU, HFU) and where the time went (``pax_core.speed.clock``). A SIGTERM or Ctrl-C finishes the
 current step, saves a checkpoint and stops cleanly; running the same command again resumes.
 """
@@ -15,7 +16,6 @@ import contextlib
 import dataclasses
 import os
 import signal
-import time
 from typing import Any
 
 import jax
@@ -29,8 +29,8 @@ from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.state import TrainState, count_params
+from pax_core.run.train_steps import TrainSteps
 from pax_core.speed.clock import StepClock, Utilisation
-from pax_core.speed.flops import step_flops
 from pax_core.speed.peak import device_peak
 from pax_core.speed.profiling import StepProfiler
 
@@ -87,12 +87,10 @@ class TrainLoop:
         self.run, self.checkpointer = run, checkpointer
         self.host, self.pm = host, host.pm
         self.settings = run.task.train
-        started = time.perf_counter()
-        self.train_step = self._compile()
-        self.compile_sec = time.perf_counter() - started
+        self.train_steps = TrainSteps(run, host)
         mesh = run.partitioner.mesh
         self.utilisation = Utilisation(
-            step_flops(run.task.model, run.batch_spec, self.train_step, mesh.size),
+            self.train_steps.first_flops,
             device_peak(list(mesh.devices.flat), options.peak_tflops), mesh.size)
         self.evaluator = Evaluator(run, host)
         self.clock = StepClock()
@@ -106,14 +104,6 @@ class TrainLoop:
         self._anomalies: list[tuple[int, jax.Array]] = []
         self._skipped = 0
         self._uncommitted: list[int] = []
-
-    def _compile(self) -> Any:
-        try:
-            return self.run.compile_train_step()
-        except PaxError:
-            raise
-        except Exception as e:
-            raise self.host.provider_error("model", self.run.task.model, e) from e
 
     def _log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
         self.loggers.write(step, kind, metrics)
@@ -150,7 +140,8 @@ class TrainLoop:
         tokens = values.pop("num_tokens")
         if tokens > 0:
             values["tokens_per_sec"] = steps_per_sec * tokens
-        values.update(self.utilisation.metrics(steps_per_sec))
+        values.update(self.utilisation.metrics(steps_per_sec,
+                                               self.train_steps.flops_since_last()))
         values.update(breakdown)
         if self._first_step_sec is not None:  # once per invocation, at its first summary
             values["first_step_sec"], self._first_step_sec = self._first_step_sec, None
@@ -205,12 +196,6 @@ class TrainLoop:
                    directory=self.checkpointer.directory)
         self._uncommitted = []
 
-    def _step(self, state: TrainState, batch: dict[str, jax.Array]):
-        try:
-            return self.train_step(state, batch)
-        except Exception as e:
-            raise self.host.provider_error("model", self.run.task.model, e) from e
-
     def _next_batch(self, step: int) -> dict[str, jax.Array]:
         try:
             local = self.run.train_input.get_next()
@@ -258,7 +243,7 @@ class TrainLoop:
             batch = self._next_batch(step)
             clock.charge("input")
             with profiler.step(step + 1):
-                state, metrics = self._step(state, batch)
+                state, metrics = self.train_steps(state, batch)
             step += 1
             if self._preempted(step):
                 flag["stop"] = signal.SIGTERM
@@ -297,7 +282,7 @@ class TrainLoop:
         """Compiling plus running the first step: what a user waits for before training."""
         jax.block_until_ready(metrics)
         self.clock.charge("step")
-        self._first_step_sec = self.compile_sec + self.clock.spent("step")
+        self._first_step_sec = self.train_steps.compile_sec + self.clock.spent("step")
 
     def _hparams(self) -> dict[str, Any]:
         train = self.settings

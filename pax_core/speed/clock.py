@@ -66,15 +66,18 @@ class Utilisation:
     peak: Peak | None
     num_devices: int
 
-    def metrics(self, steps_per_sec: float) -> dict[str, float]:
+    def metrics(self, steps_per_sec: float, flops: StepFlops | None = None) -> dict[str, float]:
+        """MFU and HFU at ``steps_per_sec`` steps of ``flops`` each (default: ``self.flops``;
+        an input of several batch shapes passes the average of the steps measured)."""
+        flops = flops or self.flops
         values: dict[str, float] = {}
-        if self.flops.model:
-            per_device = self.flops.model * steps_per_sec / self.num_devices
+        if flops.model:
+            per_device = flops.model * steps_per_sec / self.num_devices
             values["model_tflops_per_device"] = per_device / 1e12
             if self.peak:
                 values["mfu"] = per_device / self.peak.flops_per_sec
-        if self.flops.hardware and self.peak:
-            per_device = self.flops.hardware * steps_per_sec / self.num_devices
+        if flops.hardware and self.peak:
+            per_device = flops.hardware * steps_per_sec / self.num_devices
             values["hfu"] = per_device / self.peak.flops_per_sec
         return values
 

@@ -27,6 +27,7 @@ data is not on this machine, each with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from collections.abc import Sequence
@@ -153,8 +154,12 @@ class PluginConformance:
             except UsageError as e:
                 pytest.skip(f"input '{data.name}' cannot read here: {e}")
             saved = json.dumps(data.get_state())
-            expected = data.get_next()
-            data.get_next()
+            try:
+                expected = data.get_next()
+            except StopIteration:
+                continue  # a finite input of one batch: no later batch to come back to
+            with contextlib.suppress(StopIteration):
+                data.get_next()
             data.set_state(json.loads(saved))
             assert _same(data.get_next(), expected), f"input '{data.name}' did not resume"
 

@@ -1,0 +1,117 @@
+"""pax-speech from the command line, as a user runs it: train with error rates in eval,
+transcribe, plan the usual ASR size, speak the demo data; and one line with exit code 2,
+before anything is written, for each kind of bad input."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from pax_core.testing import read_metrics, run_pax
+
+pytestmark = pytest.mark.slow
+
+
+def _train_args(data, job, *more):
+    return ("train", "--plugin", "speech", "--exp", "TinySpeechForTests", "--job-dir", str(job),
+            "--set", f"DATA_DIR='{data}'", "--set", "BUCKET_SECONDS=(0.6, 1.5)", *more)
+
+
+@pytest.fixture(scope="module")
+def trained(tone_data, tmp_path_factory):
+    job = tmp_path_factory.mktemp("speech") / "job"
+    result = run_pax(*_train_args(tone_data, job), timeout=600)
+    assert result.returncode == 0, result.stderr
+    return job
+
+
+def test_train_reports_ctc_loss_and_error_rates(trained):
+    records = read_metrics(trained)
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval/heldout"]
+    assert len(evals) == 2 and evals[-1]["ctc_loss"] < evals[0]["ctc_loss"]  # steps 10, 20
+    assert {"cer", "wer", "ctc_loss", "num_utterances"} <= set(evals[-1])
+    assert evals[-1]["num_utterances"] == 16  # every held-out utterance, once
+    assert 0 <= evals[-1]["cer"] <= 1.5 and 0 <= evals[-1]["wer"] <= 1.5
+    assert train[0]["mfu"] > 0
+
+
+def test_transcribe_prints_a_line_per_file(trained, tone_data):
+    files = [str(tone_data / "heldout" / f"00{i}.wav") for i in (0, 1)]
+    for decoder in ("greedy", "beam"):
+        result = run_pax("transcribe", "--plugin", "speech", "--job-dir", str(trained), *files,
+                         "--decoder", decoder)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.strip().splitlines()
+        assert len(lines) == 2 and all(line.startswith("[step 20] ") for line in lines)
+        assert all(set(line.partition(": ")[2]) <= set(" 'abcdefghijklmnopqrstuvwxyz")
+                   for line in lines)
+    bad = run_pax("transcribe", "--plugin", "speech", "--job-dir", str(trained),
+                  str(tone_data / "missing.wav"))
+    assert bad.returncode == 2 and "no such audio file" in bad.stderr
+
+
+def _spoil(data, tmp_path, case: str) -> str:
+    """A copy of the tone data with one kind of fault; returns what the message must say."""
+    shutil.copytree(data, tmp_path / "data")
+    manifest = tmp_path / "data" / "train.jsonl"
+    lines = manifest.read_text().splitlines()
+    first = json.loads(lines[0])
+    if case == "missing audio":
+        first["audio"] = "train/nowhere.wav"
+        expected = "nowhere.wav"
+    elif case == "not audio":
+        (tmp_path / "data" / first["audio"]).write_text("not a sound file")
+        expected = "000.wav"
+    elif case == "other rate":
+        import soundfile
+
+        soundfile.write(tmp_path / "data" / first["audio"], np.zeros(8000), 8000)
+        expected = "8000 Hz"
+    elif case == "outside the vocabulary":
+        first["text"] = "abc 42!"
+        expected = "'42!'"
+    else:
+        manifest.write_text("")
+        return "no utterances"
+    lines[0] = json.dumps(first)
+    manifest.write_text("\n".join(lines) + "\n")
+    return expected
+
+
+@pytest.mark.parametrize("case", ["missing audio", "not audio", "other rate",
+                                  "outside the vocabulary", "empty"])
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tone_data, tmp_path, case):
+    expected = _spoil(tone_data, tmp_path, case)
+    job = tmp_path / "job"
+    result = run_pax(*_train_args(tmp_path / "data", job, "--set", "ON_OTHER_RATE='refuse'"))
+    assert result.returncode == 2, result.stderr
+    message = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(message) == 1 and expected in message[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not job.exists() or not any(job.iterdir())
+
+
+def test_plan_compiles_the_usual_asr_size_on_its_mesh():
+    result = run_pax("plan", "--plugin", "speech", "--exp", "ConformerCtcM", "--json",
+                     timeout=600)
+    assert result.returncode == 0, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["params"] == 26_278_173
+    assert plan["mesh"] == {"replica": 1, "data": 8, "mdl": 1}
+
+
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("flite", "espeak-ng", "sox")),
+                    reason="the demo data needs Debian's flite, espeak-ng and sox")
+def test_make_demo_data_writes_manifests_the_quick_start_reads(tmp_path):
+    out = tmp_path / "demo"
+    result = run_pax("speech", "make-demo-data", str(out), "--utterances", "24",
+                     "--heldout", "4", timeout=300)
+    assert result.returncode == 0, result.stderr
+    for name, count in (("train", 24), ("heldout", 4)):
+        assert len((out / f"{name}.jsonl").read_text().splitlines()) == count
+    again = run_pax("speech", "make-demo-data", str(out))
+    assert again.returncode == 2 and "not an empty folder" in again.stderr
