@@ -4,7 +4,8 @@ Most inputs give one shape, compiled before the first batch is read. An input th
 length (speech in length buckets, so that short utterances are not padded to the longest)
 gives a few: each new shape is compiled when its first batch arrives, and kept. The FLOPs of
 each compiled step are counted separately, so MFU and HFU average over the steps a summary
-covers, each at its own shape's cost.
+covers, each at its own shape's cost. A later shape's compilation happens in the step phase of
+the loop's clock, so the summary it falls in shows it as slower steps.
 """
 
 from __future__ import annotations

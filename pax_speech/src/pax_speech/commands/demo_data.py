@@ -1,7 +1,7 @@
 """``pax speech make-demo-data``: a small speech data set made on this machine, no download.
 
 Sentences come from a small seeded grammar (playing cards, digit strings, numbers, spoken
-commands: about 80 words), so that a model can learn them in minutes and its mistakes can be
+commands: 64 words), so that a model can learn them in minutes and its mistakes can be
 read. They are spoken by flite's voices and espeak-ng's, each utterance with its own speed and
 pitch, and stored by sox as 16 kHz mono 16-bit WAV. The held-out set holds sentences that the
 training set does not, made of its words (the same grammar and voice mix: it measures
@@ -234,11 +234,22 @@ def make_demo_data(output_dir: Path, utterances: int = 1600, heldout: int = 100,
     train, held = sentences(utterances, heldout, seed)
     voice_rng = random.Random(f"{seed}/voices")
     voices = [draw_voice(voice_rng) for _ in train + held]
-    output_dir.mkdir(parents=True, exist_ok=True)
-    with ThreadPoolExecutor(jobs) as pool:  # each thread waits on its own synthesiser process
-        seconds = _write_set(output_dir, "train", train, voices[:utterances], pool)
-        seconds += _write_set(output_dir, "heldout", held, voices[utterances:], pool)
-    real, real_seconds = copy_real(output_dir, testdata)
+    # Written beside the output and renamed at the end, so an interrupted run leaves no
+    # half-made data set where the quick start would read it.
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.partial-",
+                                    dir=output_dir.parent))
+    partial.chmod(0o755)  # mkdtemp's is private
+    try:
+        with ThreadPoolExecutor(jobs) as pool:  # each thread waits on its own synthesiser
+            seconds = _write_set(partial, "train", train, voices[:utterances], pool)
+            seconds += _write_set(partial, "heldout", held, voices[utterances:], pool)
+        real, real_seconds = copy_real(partial, testdata)
+        if output_dir.exists():
+            output_dir.rmdir()  # empty, checked above
+        partial.rename(output_dir)
+    finally:
+        shutil.rmtree(partial, ignore_errors=True)
     counts = (f"{utterances} training, {heldout} held-out and {real} real" if real else
               f"{utterances} training and {heldout} held-out")
     summary = (f"wrote {counts} utterances ({(seconds + real_seconds) / 3600:.2f} hours of "
@@ -248,6 +259,7 @@ def make_demo_data(output_dir: Path, utterances: int = 1600, heldout: int = 100,
         summary += (f"; real.jsonl skipped: no recordings in {testdata} (they come with the "
                     f"Debian package pocketsphinx-testdata: apt install pocketsphinx-testdata)")
     return summary
+
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   no_args_is_help=True)
