@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pax_core import ModelOutput, axes
+from pax_core import ModelOutput, UsageError, axes
 from pax_speech import decoding
 from pax_speech.layers import frontend
 from pax_speech.layers.conformer import ConformerConfig, ConformerEncoder, subsampled_lengths
@@ -82,7 +82,7 @@ class CtcRecognizer(nn.Module):
             features = MaskedBatchNorm(affine=False, name="feature_norm")(features, mask, train)
             features = features * mask[..., None]
         else:
-            raise ValueError(f"normalisation must be one of {', '.join(NORMALISATIONS)}, got "
+            raise UsageError(f"NORMALISATION must be one of {', '.join(NORMALISATIONS)}, got "
                              f"{self.normalisation!r}")
         if train and self.spec_augment is not None:
             features = frontend.spec_augment(self.make_rng("dropout"), features, frames,
@@ -116,12 +116,12 @@ class CtcRecognizer(nn.Module):
         repeats = jnp.sum((text[:, 1:] == text[:, :-1]) & ~label_paddings[:, 1:], axis=1)
         feasible = (lengths >= text_length + repeats).astype(jnp.float32) * weights
         total = jnp.maximum(jnp.sum(feasible), 1.0)
-        loss = jnp.sum(jnp.where(feasible > 0, per_utterance, 0.0) * feasible) / total
+        kept = jnp.where(feasible > 0, per_utterance, 0.0)
+        loss = jnp.sum(kept * feasible) / total
         chars = text_length.astype(jnp.float32) * feasible
         metrics = {
-            "ctc_loss": (jnp.where(feasible > 0, per_utterance, 0.0), feasible),
-            "ctc_loss_per_char": (jnp.where(feasible > 0, per_utterance, 0.0)
-                                  / jnp.maximum(text_length, 1), chars),
+            "ctc_loss": (kept, feasible),
+            "ctc_loss_per_char": (kept / jnp.maximum(text_length, 1), chars),
             "num_utterances": (jnp.sum(weights), None),
             "num_unalignable": (jnp.sum((1 - feasible) * weights), None),
         }

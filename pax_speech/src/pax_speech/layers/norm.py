@@ -16,7 +16,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax_core import axes, mean_across_shards
+from pax_core import UsageError, axes, mean_across_shards
 
 NORMS = ("batchnorm", "groupnorm")
 
@@ -87,8 +87,9 @@ class MaskedGroupNorm(nn.Module):
     def __call__(self, x: jax.Array, mask: jax.Array, train: bool) -> jax.Array:
         batch, length, size = x.shape
         if size % self.num_groups:
-            raise ValueError(f"group norm: {size} channels do not split into "
-                             f"{self.num_groups} groups")
+            raise UsageError(f"group norm: {size} channels do not split into "
+                             f"{self.num_groups} groups; use a MODEL_DIMS divisible by "
+                             f"{self.num_groups}")
         y = x.astype(jnp.float32).reshape(batch, length, self.num_groups, -1)
         m = mask.astype(jnp.float32)[:, :, None, None]
         count = jnp.maximum(jnp.sum(m, axis=(1, 3), keepdims=True) * y.shape[-1], 1.0)
@@ -104,4 +105,4 @@ def time_norm(kind: str, channel_axis: str, dtype: Any, name: str) -> nn.Module:
         return MaskedBatchNorm(channel_axis=channel_axis, dtype=dtype, name=name)
     if kind == "groupnorm":
         return MaskedGroupNorm(channel_axis=channel_axis, dtype=dtype, name=name)
-    raise ValueError(f"conv_norm must be one of {', '.join(NORMS)}, got {kind!r}")
+    raise UsageError(f"CONV_NORM must be one of {', '.join(NORMS)}, got {kind!r}")
