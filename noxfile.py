@@ -14,6 +14,7 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
 PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
+            "-e", "plugins/pax_multislice", "-e", "plugins/pax_gpu",
             "-e", "pax_lm[corpus,parquet]", "-e", "pax_vision[digits]", "-e", "pax_speech[test]",
             "-e", "tests/plugins/pax_testplugin"]
 
@@ -30,9 +31,15 @@ def _interpreter(version: str) -> str | None:
 
 
 def _pytest(session: nox.Session) -> None:
+    """Every core runs test files side by side (a file's tests stay on one worker, so its
+    module fixtures are built once); then the tests that time signals against a running job
+    run alone, since a loaded machine delays their processes past what they measure."""
     session.install(*PACKAGES)
-    session.run("pytest", "-q", *session.posargs,
-                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+    env = {"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")}
+    session.run("pytest", "-q", "-n", "auto", "--dist", "loadfile", "-m", "not serial",
+                *session.posargs, env=env)
+    session.run("pytest", "-q", "-m", "serial", *session.posargs, env=env,
+                success_codes=[0, 5])  # 5: posargs chose no serial test
 
 
 @nox.session

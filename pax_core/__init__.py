@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.6.0"
+API_VERSION = "1.7.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -64,6 +64,13 @@ _EXPORTS: dict[str, str] = {
     "mean_across_shards": "pax_core.parallel.partitioner",
     "Backend": "pax_core.backends.base",
     "CpuBackend": "pax_core.backends.cpu",
+    "TpuBackend": "pax_core.backends.tpu",
+    "Preset": "pax_core.backends.presets",
+    "apply_presets": "pax_core.backends.presets",
+    "parse_flags": "pax_core.backends.presets",
+    "dot_product_attention": "pax_core.backends.attention",
+    "MeshLayout": "pax_core.parallel.layouts",
+    "DistributedOptions": "pax_core.parallel.processes",
     "axes": "pax_core.axes",
     # errors
     "PaxError": "pax_core.errors",

@@ -43,6 +43,7 @@ def _steps_saved(job_dir: Path) -> list[int]:
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_request_saves_exits_with_the_signal_status_and_resumes(tmp_path, signum):
     job = tmp_path / "job"
@@ -65,6 +66,7 @@ def test_a_stop_request_saves_exits_with_the_signal_status_and_resumes(tmp_path,
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_repeated_ctrl_c_still_finishes_the_save(tmp_path):
     job = tmp_path / "job"
     run = _start(job)

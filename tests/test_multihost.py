@@ -248,6 +248,7 @@ def _child_with_index(launcher: subprocess.Popen, index: int, timeout: float = 6
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 @pytest.mark.parametrize("target, signum", [("process 1", signal.SIGTERM),
                                             ("launcher", signal.SIGINT)])
 def test_a_stop_request_stops_every_process_at_the_same_step(tmp_path, target, signum):

@@ -24,15 +24,18 @@ ROOT = Path(__file__).resolve().parents[1]
 # a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
 API = [
     "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
-    "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "EarlyStopping", "ExpOpt",
+    "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "DistributedOptions",
+    "EarlyStopping", "ExpOpt",
     "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner",
     "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "LinearRampupPiecewiseConstant",
-    "Lion", "Logger",
+    "Lion", "Logger", "MeshLayout",
     "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
-    "PluginOpt", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError", "RunInfo",
-    "SetOpt", "Sgd", "Spmd", "SyntheticInput", "Task", "Train", "TrainState", "UsageError",
-    "__version__", "axes", "hookimpl", "make_tf_example", "mean_across_shards",
-    "parse_tf_example", "restore_latest", "tfds_split_files", "warn",
+    "PluginOpt", "Preset", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError",
+    "RunInfo",
+    "SetOpt", "Sgd", "Spmd", "SyntheticInput", "Task", "TpuBackend", "Train", "TrainState",
+    "UsageError", "__version__", "apply_presets", "axes", "dot_product_attention", "hookimpl",
+    "make_tf_example", "mean_across_shards", "parse_flags", "parse_tf_example",
+    "restore_latest", "tfds_split_files", "warn",
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
@@ -42,9 +45,11 @@ TESTING_API = [
 ]
 PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "pax_speech/src",
                   "plugins/pax_transformer/src", "plugins/pax_pipeline/src",
+                  "plugins/pax_multislice/src", "plugins/pax_gpu/src",
                   "plugins/pax_seqio/src", "tests/plugins/pax_testplugin/src"]
 PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "pax_speech/tests",
                 "plugins/pax_transformer/tests", "plugins/pax_pipeline/tests",
+                "plugins/pax_multislice/tests", "plugins/pax_gpu/tests",
                 "plugins/pax_seqio/tests", "tests/plugins/pax_testplugin/tests"]
 
 

@@ -1,20 +1,42 @@
-"""Per-platform runtime set-up: what must happen before JAX starts, and checks after."""
+"""Per-platform runtime set-up: what must happen before JAX starts, checks after, and the
+platform's choice of attention kernel."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from pax_core.backends.presets import Preset
+
+if TYPE_CHECKING:
+    import jax
 
 
 class Backend:
-    """Base of a platform's set-up; both steps do nothing unless a platform needs them."""
+    """Base of a platform's set-up; every step does JAX's default unless a platform needs more."""
 
     platform = ""
     # Whether the train step reuses the old state's buffers for the new one. Accelerators need
     # it: their memory is what limits a model.
     donates_train_state = True
 
+    def presets(self) -> list[Preset]:
+        """The platform's recommended environment and flags, applied before ``prepare`` (the
+        user's own values win; ``PAX_NO_PRESETS`` turns a preset off by name)."""
+        return []
+
     def prepare(self) -> None:
-        """Runs before JAX initialises its runtime: environment variables, XLA flags."""
+        """Runs before JAX initialises its runtime, after the presets: anything a preset cannot
+        say (a ``jax.config`` switch)."""
 
     def check(self, devices: list[Any]) -> None:
         """Runs once the devices are known; raise ``UsageError`` for unusable ones."""
+
+    def attention(self, query: jax.Array, key: jax.Array, value: jax.Array, *,
+                  mask: jax.Array | None, is_causal: bool,
+                  segment_ids: jax.Array | None) -> jax.Array:
+        """Scaled dot-product attention, as ``pax_core.dot_product_attention`` documents; the
+        default is XLA's, through ``jax.nn.dot_product_attention`` with the full ``mask``."""
+        import jax
+
+        del is_causal, segment_ids  # both are already in the mask
+        return jax.nn.dot_product_attention(query, key, value, mask=mask)

@@ -106,6 +106,7 @@ def show_plan(result, as_json: bool) -> None:
         (f"fits {result.hbm_gib:g} GiB per device", "yes" if result.fits else "NO"),
         *((name.replace("_", " "), format_value(value) if isinstance(value, float) else str(value))
           for name, value in result.placement.items()),
+        *(("preset", line) for line in result.presets),
     ]
     for what, value in rows:
         table.add_row(what, value)

@@ -20,6 +20,8 @@ class Experiment:
     ``ICI_MESH_SHAPE`` / ``DCN_MESH_SHAPE`` / ``MESH_AXIS_NAMES`` declare the device mesh (Pax's
     conventions; ``ICI_MESH_SHAPE = None`` is Pax's data-parallel path). ``PARTITIONER`` names
     the partitioner (None: ``spmd`` when a mesh is declared, else ``data_parallel``, as in Pax);
+    ``MESH_LAYOUT`` the mesh layout that places devices in the mesh (None: for a mesh with DCN
+    axes the one a plugin registers, such as pax-multislice's, else the built-in ``contiguous``);
     ``CHECKPOINTER`` and ``LOGGERS`` name registered components. ``LOGICAL_AXIS_RULES`` maps the
     model's logical axis names to mesh axes for the SPMD partitioner (None: Pax's canonical
     sharding, ``pax_core.axes.DEFAULT_RULES``). ``REQUIRED_PLUGINS`` names
@@ -31,6 +33,7 @@ class Experiment:
     MESH_AXIS_NAMES: tuple[str, ...] = axes.MESH
     LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] | None = None
     PARTITIONER: str | None = None
+    MESH_LAYOUT: str | None = None
     CHECKPOINTER: str = "orbax"
     LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")
     REQUIRED_PLUGINS: tuple[str, ...] = ()

@@ -22,6 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_core.errors import UsageError
+from pax_core.parallel.layouts import MeshLayout
 
 
 class Reduction:
@@ -91,6 +92,9 @@ class Partitioner(abc.ABC):
 
     mesh: Mesh
     reduction: Reduction = Reduction()
+    # Places the devices in a declared mesh; the run sets the experiment's (MESH_LAYOUT) before
+    # ``setup``.
+    layout: MeshLayout = MeshLayout()
 
     @abc.abstractmethod
     def setup(self, experiment: Any, devices: list[jax.Device]) -> None:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from typing import Any
 
 import jax
 
+from pax_core.backends.presets import apply_presets
 from pax_core.config import lookup, overrides
 from pax_core.config.resolve import resolve
 from pax_core.errors import UsageError
+from pax_core.parallel.processes import DistributedOptions
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import build_run
+from pax_core.run.runtime import layout_presets
 from pax_core.run.state import count_params
 from pax_core.speed import flops
 
@@ -44,6 +48,7 @@ class Plan:
     total_gib: float
     hbm_gib: float
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
+    presets: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def fits(self) -> bool:
@@ -113,4 +118,12 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
         total_gib=params_gib + opt_gib + temp_gib,
         hbm_gib=hbm_gib,
         placement=run.partitioner.describe(run.train_input.batch_size),
+        presets=_layout_presets(host, resolved.experiment),
     )
+
+
+def _layout_presets(host: PluginHost, experiment: Any) -> list[str]:
+    """What the experiment's mesh layout would set when the run starts (the backend's presets
+    depend on the machine, so a run prints them when it starts)."""
+    owner, presets = layout_presets(host, experiment, DistributedOptions.parse())
+    return [s.as_text() for s in apply_presets(owner, presets, dict(os.environ))]

@@ -10,35 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
-import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from pax_core.axes import BATCH, DEFAULT_RULES, LENGTH, Rules
 from pax_core.errors import UsageError
 from pax_core.parallel.partitioner import Partitioner
-
-
-def device_grid(devices: Sequence[jax.Device], ici: Sequence[int], dcn: Sequence[int]
-                ) -> np.ndarray:
-    """Devices arranged as the ICI x DCN mesh: every axis is (dcn part) x (ici part), and the
-    devices of one slice (or, without slices, one process; or, in a single process, one run of
-    consecutive devices) fill the ICI part."""
-    devices = list(devices)
-    slices = math.prod(dcn)
-    if slices > 1 and jax.process_count() > 1:
-        from jax.experimental import mesh_utils
-
-        granule = len({getattr(d, "slice_index", 0) for d in devices}) == 1
-        return mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
-                                                    process_is_granule=granule)
-    grid = np.asarray(devices).reshape(*dcn, *ici)
-    order = [i for axis in range(len(ici)) for i in (axis, axis + len(ici))]
-    return grid.transpose(order).reshape([d * i for d, i in zip(dcn, ici, strict=True)])
 
 
 class Spmd(Partitioner):
@@ -54,7 +34,7 @@ class Spmd(Partitioner):
                              f"example --set ICI_MESH_SHAPE=[1,{len(devices)},1])")
         ici = list(experiment.ICI_MESH_SHAPE)
         dcn = list(experiment.DCN_MESH_SHAPE or [1] * len(ici))
-        self.mesh = Mesh(device_grid(devices, ici, dcn), tuple(shape))
+        self.mesh = Mesh(self.layout.device_grid(devices, ici, dcn), tuple(shape))
         rules = getattr(experiment, "LOGICAL_AXIS_RULES", None) or self.default_rules
         self.rules = tuple((name, tuple(axes) if isinstance(axes, list) else axes)
                            for name, axes in rules)

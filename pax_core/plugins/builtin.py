@@ -81,4 +81,12 @@ def pax_register_experiments():
 @hookimpl
 def pax_register_backends():
     return [Component("cpu", "pax_core.backends.cpu:CpuBackend",
-                      "host CPU (fake devices for tests)")]
+                      "host CPU (fake devices for tests)"),
+            Component("tpu", "pax_core.backends.tpu:TpuBackend",
+                      "Cloud TPU: Pax's LIBTPU_INIT_ARGS (install pax-core[tpu])")]
+
+
+@hookimpl
+def pax_register_mesh_layouts():
+    return [Component("contiguous", "pax_core.parallel.layouts:MeshLayout",
+                      "devices in JAX's order, consecutive ones forming a slice")]

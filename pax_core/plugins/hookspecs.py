@@ -175,19 +175,46 @@ def pax_register_backends() -> list[Component]:
     """Register runtime set-up for a platform, named as JAX names it (``cpu``, ``gpu``, ``tpu``;
     ``cuda`` and ``rocm`` count as ``gpu``).
 
-    The factory takes no arguments and returns a ``pax_core.Backend``: ``prepare()`` runs before
-    JAX starts its runtime (environment variables, XLA flags) and must touch only its own
-    platform's settings; ``check(devices)`` runs after, on the platform JAX picked (refuse
-    unusable devices with a ``UsageError``). With ``--platform`` or ``JAX_PLATFORMS`` only that
-    platform's backend prepares; otherwise every installed one does, since the platform is known
-    only once JAX has started. A platform without a backend runs with JAX's defaults; a plugin's
-    backend replaces the built-in one of its platform. Built in: ``cpu``.
+    The factory takes no arguments and returns a ``pax_core.Backend``. Before JAX starts its
+    runtime, ``presets()`` (named groups of environment variables and XLA or libtpu flags,
+    ``pax_core.Preset``) are applied, keeping every value the user set themselves and skipping
+    those ``PAX_NO_PRESETS`` names (``gpu.pgle``, ``gpu``, ``all``); what is in force is
+    printed at the start and written in the start record. Then ``prepare()`` runs (what a
+    preset cannot say, a ``jax.config`` switch); both touch only the backend's own platform.
+    ``check(devices)`` runs after, on the platform JAX picked (refuse unusable devices with a
+    ``UsageError``), and ``attention(...)`` serves ``pax_core.dot_product_attention`` on that
+    platform (a fused kernel where the platform has one). With ``--platform`` or
+    ``JAX_PLATFORMS`` only that platform's backend prepares; otherwise every installed one
+    does, since the platform is known only once JAX has started. A platform without a backend
+    runs with JAX's defaults; a plugin's backend replaces the built-in one of its platform.
+    Built in: ``cpu``, ``tpu``.
 
     Example::
 
         @hookimpl
         def pax_register_backends():
             return [Component("cpu", "pax_core.backends.cpu:CpuBackend", "host CPU")]
+    """
+
+
+@hookspec
+def pax_register_mesh_layouts() -> list[Component]:
+    """Register how devices are placed in an ICI x DCN mesh, and what slices need set up.
+
+    The factory takes no arguments and returns a ``pax_core.MeshLayout``:
+    ``presets(dcn, processes)`` names environment variables and flags for a mesh of ``dcn``
+    slices (applied before JAX starts, as a backend's are), and
+    ``device_grid(devices, ici, dcn)`` arranges the devices, each mesh axis being (DCN part) x
+    (ICI part) with one slice's devices filling the ICI part. An experiment's ``MESH_LAYOUT``
+    names one; when it names none, a mesh with DCN axes uses the layout a plugin registers
+    (pax-multislice's), else the built-in ``contiguous`` one.
+
+    Example::
+
+        @hookimpl
+        def pax_register_mesh_layouts():
+            return [Component("multislice", "pax_multislice.layouts:MultisliceLayout",
+                              "TPU slices by slice_index, processes as slices elsewhere")]
     """
 
 

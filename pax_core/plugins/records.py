@@ -24,6 +24,7 @@ KINDS = (
     "loggers",
     "experiments",
     "backends",
+    "mesh_layouts",
     "commands",
 )
 

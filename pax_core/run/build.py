@@ -19,6 +19,7 @@ from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
 from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
 from pax_core.inputs.base import Input
+from pax_core.parallel.layouts import layout_name, mesh_layout
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.records import Registered
@@ -58,6 +59,10 @@ class Run:
     checkpointer: Registered
     loggers: list[Registered]
     donates_train_state: bool
+    # The mesh layout that placed the devices (MESH_LAYOUT), and the presets in force
+    # (``pax_core.Preset``), as the start record and the console show them.
+    mesh_layout: str = "contiguous"
+    presets: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def task(self) -> Task:
@@ -221,6 +226,8 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     partitioner = component(host, "partitioners", partitioner_name(exp), "PARTITIONER").build()
     checkpointer = component(host, "checkpointers", exp.CHECKPOINTER, "CHECKPOINTER")
     loggers = [component(host, "loggers", name, "LOGGERS") for name in exp.LOGGERS]
+    partitioner.layout = mesh_layout(host, exp)
+    layout = layout_name(host, exp)
     partitioner.setup(exp, devices)
     for data in job.datasets:
         partitioner.check_batch_size(data.name, data.batch_size)
@@ -255,7 +262,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings
     )
     return Run(resolved, job, partitioner, train_input, eval_inputs, tx, shardings, abstract,
-               batch_spec, checkpointer, loggers, donates_train_state(host, devices))
+               batch_spec, checkpointer, loggers, donates_train_state(host, devices), layout)
 
 
 def _ask(host: PluginHost, data: Input, question: Any) -> dict[str, Any]:

@@ -43,9 +43,11 @@ def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str
              config_file: str | None = None) -> Run:
     resolved = resolve(host, exp, plugin, set_items, config_file)
     job_dir.check_same_experiment(resolved.name)
-    devices = start_runtime(host, platform, distributed)
+    runtime = start_runtime(host, platform, resolved.experiment, distributed)
     check_same_software(host)
-    return build_run(host, resolved, devices)
+    run = build_run(host, resolved, runtime.devices)
+    run.presets = [s.as_text() for s in runtime.settings]
+    return run
 
 
 @contextlib.contextmanager

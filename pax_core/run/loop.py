@@ -296,6 +296,8 @@ class TrainLoop:
             "num_microbatches": train.learner.num_microbatches,
             **self.utilisation.settings(),
             **self._placement(),
+            "mesh_layout": self.run.mesh_layout,
+            **({"presets": self.run.presets} if self.run.presets else {}),
         }
 
     def _placement(self) -> dict[str, Any]:

@@ -1,16 +1,22 @@
-"""Starting the runtime: joining the other processes, preparing backends, starting JAX.
+"""Starting the runtime: joining the other processes, applying presets, preparing backends,
+starting JAX.
 
-The backends' ``prepare`` must run before JAX starts its runtime, which is why this is the first
+Presets and ``prepare`` must run before JAX starts its runtime, which is why this is the first
 thing a command does once the configuration is known to be valid.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from typing import Any
 
 import jax
 
+from pax_core.backends.attention import use_backend
+from pax_core.backends.presets import Preset, Setting, apply_presets, check_names
 from pax_core.errors import UsageError
+from pax_core.parallel.layouts import layout_name, mesh_layout
 from pax_core.parallel.processes import DistributedOptions, join_processes
 from pax_core.plugins.host import PluginHost
 
@@ -18,20 +24,44 @@ from pax_core.plugins.host import PluginHost
 _PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 
 
-def start_runtime(host: PluginHost, platform: str | None,
-                  distributed: DistributedOptions | None = None) -> list[jax.Device]:
-    """Join the run's other processes, prepare the runtime, start JAX, and check the devices.
+@dataclasses.dataclass
+class Runtime:
+    """The started runtime: its devices, and every preset value in force."""
 
-    With a named platform (``--platform`` or ``JAX_PLATFORMS``) only its backend prepares; with
-    none, every installed backend prepares (each touches only its own platform's settings),
-    since which platform JAX will pick is known only once it has started.
+    devices: list[jax.Device]
+    settings: list[Setting]
+
+
+def layout_presets(host: PluginHost, experiment: Any, processes: DistributedOptions
+                   ) -> tuple[str, list[Preset]]:
+    """The experiment's mesh layout's name and its presets for the experiment's slices."""
+    name = layout_name(host, experiment).split("/")[-1]
+    dcn = list(experiment.DCN_MESH_SHAPE or [1])
+    return name, mesh_layout(host, experiment).presets(dcn, processes)
+
+
+def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
+                  distributed: DistributedOptions | None = None) -> Runtime:
+    """Join the run's other processes, apply presets, start JAX, and check the devices.
+
+    The mesh layout's presets apply first, then each preparing backend's. With a named platform
+    (``--platform`` or ``JAX_PLATFORMS``) only its backend prepares; with none, every installed
+    backend prepares (each touches only its own platform's settings), since which platform JAX
+    will pick is known only once it has started.
     """
-    join_processes(distributed)
+    processes = distributed or DistributedOptions.parse()
+    join_processes(processes)
     name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
-    backends = {e.name: e for e in host.components("backends")}
+    backends = {e.name: e.build() for e in host.components("backends")}
     chosen = _PLATFORM_ALIASES.get(name, name) if name else None
-    prepared = {n: e.build() for n, e in backends.items() if chosen in (None, n)}
-    for backend in prepared.values():
+    prepared = {n: b for n, b in backends.items() if chosen in (None, n)}
+    owned = [layout_presets(host, experiment, processes),
+             *((n, b.presets()) for n, b in backends.items())]
+    check_names([f"{owner}.{p.name}" for owner, presets in owned for p in presets])
+    settings = apply_presets(*owned[0])
+    by_backend = {}
+    for backend_name, backend in prepared.items():
+        by_backend[backend_name] = apply_presets(backend_name, backend.presets())
         backend.prepare()
     try:
         devices = jax.devices(name) if name else jax.devices()
@@ -41,7 +71,9 @@ def start_runtime(host: PluginHost, platform: str | None,
     detected = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
     if detected in prepared:
         prepared[detected].check(devices)
-    return devices
+        use_backend(prepared[detected])
+    # The other platforms' presets touched only their own settings: not worth reporting.
+    return Runtime(devices, settings + by_backend.get(detected, []))
 
 
 def donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:

@@ -110,7 +110,7 @@ class PluginConformance:
         kind, name = registration
         entry = host.components(kind).get(f"{self.plugin}/{name}")
         factory = entry.load()
-        if kind in ("partitioners", "backends"):
+        if kind in ("partitioners", "backends", "mesh_layouts"):
             entry.build()
         elif kind == "loggers":
             entry.build(str(tmp_path)).close()

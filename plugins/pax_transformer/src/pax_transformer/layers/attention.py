@@ -1,7 +1,8 @@
 """Self-attention, causal or not: multi-head, grouped-query and multi-query, with a KV cache.
 
-Attention itself goes through ``jax.nn.dot_product_attention`` so that a GPU backend can pick
-cuDNN's fused kernel. That function has no logit cap, so with ``logit_cap > 0`` (Pax's
+Attention itself goes through ``pax_core.dot_product_attention``, which the running backend
+serves (XLA's ``jax.nn.dot_product_attention`` by default, cuDNN's fused kernel on GPUs with
+pax-gpu). That has no logit cap, so with ``logit_cap > 0`` (Pax's
 ``atten_logit_cap``: ``cap * tanh(logits / cap)``) an explicit einsum path computes the same
 thing with the same mask, the same 1/sqrt(dim_per_head) scale and a float32 softmax.
 
@@ -20,7 +21,7 @@ import jax.numpy as jnp
 from flax.typing import Initializer
 from jax.ad_checkpoint import checkpoint_name
 
-from pax_core import axes
+from pax_core import axes, dot_product_attention
 from pax_transformer.layers import remat
 from pax_transformer.layers.dense import Projection
 from pax_transformer.layers.positions import apply_rotary
@@ -62,12 +63,15 @@ def capped_attention(
 
 def attend(
     query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
-    logit_cap: float = 0.0,
+    logit_cap: float = 0.0, *, is_causal: bool = False, segment_ids: jax.Array | None = None,
 ) -> jax.Array:
-    """Masked attention, through ``dot_product_attention`` unless a logit cap is asked for."""
+    """Masked attention, through the running backend's ``pax_core.dot_product_attention``
+    unless a logit cap is asked for; ``is_causal`` and ``segment_ids`` say how ``mask`` was
+    made, so that a fused kernel can make it itself."""
     if logit_cap:
         return capped_attention(query, key, value, mask, logit_cap)
-    return jax.nn.dot_product_attention(query, key, value, mask=mask)
+    return dot_product_attention(query, key, value, mask=mask, is_causal=is_causal,
+                                 segment_ids=segment_ids)
 
 
 class Attention(nn.Module):
@@ -131,12 +135,15 @@ class Attention(nn.Module):
         if self.decode:
             key, value = self._update_cache(key, value, decode_start)
             mask = causal_mask(query.shape[1], key.shape[1], decode_start)
+            is_causal, segment_ids = False, None  # a cache's mask is offset: only the mask says it
         else:
             mask = causal_mask(query.shape[1], key.shape[1]) if self.causal else None
+            is_causal = self.causal
             if segment_ids is not None:
                 segments = segment_mask(segment_ids)
                 mask = segments if mask is None else mask & segments
-        context = attend(query, key, value, mask, self.logit_cap)
+        context = attend(query, key, value, mask, self.logit_cap, is_causal=is_causal,
+                         segment_ids=segment_ids)
         context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
 
         out = self._projection((x.shape[-1],), (axes.HEADS, axes.KV), (axes.EMBED,), "out")(context)

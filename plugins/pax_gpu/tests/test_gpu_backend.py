@@ -1,0 +1,117 @@
+"""The gpu backend on CPU: its presets composed with the user's settings, the device check,
+and the attention selection (cuDNN mocked only at the call that would run on the GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pax_core import UsageError, apply_presets, parse_flags
+from pax_gpu import backends
+from pax_gpu.backends import GpuBackend, cudnn_unsupported
+
+
+def test_presets_compose_with_what_the_user_set():
+    environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 "
+                            "--xla_gpu_enable_pipelined_all_reduce=false",
+               "XLA_PYTHON_CLIENT_MEM_FRACTION": "0.75", "PAX_NO_PRESETS": "gpu.nccl"}
+    settings = apply_presets("gpu", GpuBackend().presets(), environ)
+    flags = parse_flags(environ["XLA_FLAGS"])
+    assert flags["--xla_force_host_platform_device_count"] == "8"
+    assert flags["--xla_gpu_enable_pipelined_all_reduce"] == "false"  # the user's
+    assert flags["--xla_gpu_enable_latency_hiding_scheduler"] == "true"
+    assert flags["--xla_gpu_enable_pipelined_all_gather"] == "true"
+    assert environ["XLA_PYTHON_CLIENT_MEM_FRACTION"] == "0.75"
+    assert environ["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    assert "NCCL_LAUNCH_MODE" not in environ  # turned off by name
+    kept = {s.name for s in settings if s.source == "yours"}
+    assert kept == {"--xla_gpu_enable_pipelined_all_reduce", "XLA_PYTHON_CLIENT_MEM_FRACTION"}
+    assert {s.preset for s in settings} == {
+        "gpu.latency-hiding", "gpu.pipelined-collectives", "gpu.memory", "gpu.connections"}
+
+
+def test_every_preset_flag_is_one_this_xla_knows():
+    """An unknown flag in XLA_FLAGS aborts JAX at start-up; the CPU jaxlib knows GPU flags."""
+    flags = {}
+    for preset in GpuBackend().presets():
+        flags.update(preset.flags)
+    text = " ".join(f"{k}={v}" for k, v in flags.items())
+    env = {**os.environ, "XLA_FLAGS": text, "JAX_PLATFORMS": "cpu"}
+    started = subprocess.run([sys.executable, "-c", "import jax; jax.numpy.ones(1).sum()"],
+                             env=env, capture_output=True, text=True, timeout=120)
+    assert started.returncode == 0, started.stderr[-2000:]
+
+
+@dataclasses.dataclass
+class FakeDevice:
+    platform: str = "gpu"
+    compute_capability: str = "9.0"
+    device_kind: str = "NVIDIA H200"
+    id: int = 0
+
+
+def test_the_device_check_refuses_what_cannot_train():
+    GpuBackend().check([FakeDevice(), FakeDevice(id=1, compute_capability="8.0")])
+    with pytest.raises(UsageError, match=r"GPU 1 \(Tesla V100\) has compute capability 7.0; "
+                                         r"Pax needs 8.0 or newer"):
+        GpuBackend().check([FakeDevice(), FakeDevice("gpu", "7.0", "Tesla V100", 1)])
+    with pytest.raises(UsageError, match="the gpu backend got cpu device 0"):
+        GpuBackend().check(jax.devices()[:1])
+
+
+def _qkv(dtype=jnp.bfloat16, length=16, head_dim=32):
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(kk, (2, length, 4, head_dim), dtype) for kk in keys)
+    segments = jnp.array([[1] * 10 + [2] * 6, [1] * 16])
+    causal = jnp.tril(jnp.ones((length, length), bool))[None, None]
+    return q, k, v, segments, causal & backends.segment_mask(segments)
+
+
+def test_cudnn_is_refused_for_what_it_cannot_serve():
+    q, k, _, segments, mask = _qkv()
+    assert cudnn_unsupported(q, k, mask=mask, is_causal=True, segment_ids=segments) is None
+    cases = [
+        ((q.astype(jnp.float32), k), dict(mask=mask, is_causal=True), "float32 inputs"),
+        ((q[..., :12], k[..., :12]), dict(mask=mask, is_causal=True), "head dim 12"),
+        ((q[:, :1], k), dict(mask=mask[:, :, :1], is_causal=True), "causal mask over 1 "),
+        ((q[:, :1], k), dict(mask=mask[:, :, :1], is_causal=False), "a decoding cache's"),
+    ]
+    for args, kwargs, reason in cases:
+        assert reason in cudnn_unsupported(*args, segment_ids=None, **kwargs)
+
+
+def test_a_servable_shape_goes_to_cudnn_with_the_causal_flag_and_segment_mask(monkeypatch):
+    real, calls = jax.nn.dot_product_attention, []
+
+    def on_the_gpu(query, key, value, *, mask, is_causal, implementation):
+        calls.append((implementation, is_causal, mask))
+        return real(query, key, value, mask=mask, is_causal=is_causal, implementation="xla")
+
+    monkeypatch.setattr(backends.jax.nn, "dot_product_attention", on_the_gpu)
+    q, k, v, segments, mask = _qkv()
+    served = GpuBackend().attention(q, k, v, mask=mask, is_causal=True, segment_ids=segments)
+    [(implementation, is_causal, segment_mask)] = calls
+    assert implementation == "cudnn" and is_causal
+    assert segment_mask.shape == (2, 1, 16, 16)
+    np.testing.assert_array_equal(segment_mask, backends.segment_mask(segments))
+    expected = real(q, k, v, mask=mask)
+    np.testing.assert_allclose(np.float32(served), np.float32(expected), atol=2e-2)
+
+
+def test_a_fallback_says_why_once_and_computes_what_xla_does(monkeypatch, capsys):
+    monkeypatch.setattr(backends, "_told", set())
+    q, k, v, segments, mask = _qkv(jnp.float32)
+    gpu = GpuBackend()
+    for _ in range(2):
+        out = gpu.attention(q, k, v, mask=mask, is_causal=True, segment_ids=segments)
+    np.testing.assert_allclose(out, jax.nn.dot_product_attention(q, k, v, mask=mask), atol=1e-6)
+    assert capsys.readouterr().err.splitlines() == [
+        "pax: warning: attention runs on XLA, not cuDNN, for float32 inputs (cuDNN's fused "
+        "attention takes bfloat16 or float16)"]
