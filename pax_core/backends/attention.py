@@ -21,10 +21,6 @@ def use_backend(backend: Backend) -> None:
     _running = backend
 
 
-def running_backend() -> Backend:
-    return _running
-
-
 def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
                           mask: jax.Array | None, is_causal: bool = False,
                           segment_ids: jax.Array | None = None) -> jax.Array:

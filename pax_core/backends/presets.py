@@ -3,7 +3,7 @@ layout recommends, applied before JAX starts.
 
 Why named groups rather than one flag string: a user who finds one group harmful on their
 cluster (a scheduler flag, a collective threshold) turns that group off by name
-(``PAX_NO_PRESETS=gpu.pgle``) and keeps the rest; and the start record says which group set
+(``PAX_NO_PRESETS=gpu.nccl``) and keeps the rest; and the start record says which group set
 what. The user's own values always win: an environment variable already set, or a flag already
 in ``XLA_FLAGS`` / ``LIBTPU_INIT_ARGS``, is kept and recorded as theirs.
 """
@@ -17,7 +17,7 @@ from collections.abc import Mapping, MutableMapping, Sequence
 
 from pax_core.errors import UsageError
 
-# Comma-separated preset names (``gpu.pgle``), owners (``gpu``: all of that backend's), or
+# Comma-separated preset names (``gpu.nccl``), owners (``gpu``: all of that backend's), or
 # ``all``: the presets not to apply.
 DISABLE_VAR = "PAX_NO_PRESETS"
 
@@ -52,9 +52,6 @@ class Setting:
         what = self.name if self.name == self.variable else f"{self.variable} {self.name}"
         kept = " (yours, kept)" if self.source == "yours" else ""
         return f"{self.preset}: {what}={self.value}{kept}"
-
-    def as_json(self) -> dict[str, str]:
-        return dataclasses.asdict(self)
 
 
 def parse_flags(text: str) -> dict[str, str]:

@@ -59,10 +59,11 @@ def layout_name(host: PluginHost, experiment: Any) -> str:
     return offered[0].name if offered else BUILT_IN
 
 
-def mesh_layout(host: PluginHost, experiment: Any) -> MeshLayout:
+def mesh_layout(host: PluginHost, experiment: Any) -> tuple[str, MeshLayout]:
+    """The experiment's layout: its name (as the start record shows it) and the layout."""
     name = layout_name(host, experiment)
     try:
         entry = host.components("mesh_layouts").get(name)
     except UsageError as e:
         raise UsageError(f"{e} (set by the experiment's MESH_LAYOUT)") from None
-    return entry.build()
+    return name, entry.build()

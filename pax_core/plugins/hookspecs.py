@@ -178,7 +178,7 @@ def pax_register_backends() -> list[Component]:
     The factory takes no arguments and returns a ``pax_core.Backend``. Before JAX starts its
     runtime, ``presets()`` (named groups of environment variables and XLA or libtpu flags,
     ``pax_core.Preset``) are applied, keeping every value the user set themselves and skipping
-    those ``PAX_NO_PRESETS`` names (``gpu.pgle``, ``gpu``, ``all``); what is in force is
+    those ``PAX_NO_PRESETS`` names (``gpu.nccl``, ``gpu``, ``all``); what is in force is
     printed at the start and written in the start record. Then ``prepare()`` runs (what a
     preset cannot say, a ``jax.config`` switch); both touch only the backend's own platform.
     ``check(devices)`` runs after, on the platform JAX picked (refuse unusable devices with a

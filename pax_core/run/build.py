@@ -19,7 +19,7 @@ from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
 from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
 from pax_core.inputs.base import Input
-from pax_core.parallel.layouts import layout_name, mesh_layout
+from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.records import Registered
@@ -226,8 +226,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     partitioner = component(host, "partitioners", partitioner_name(exp), "PARTITIONER").build()
     checkpointer = component(host, "checkpointers", exp.CHECKPOINTER, "CHECKPOINTER")
     loggers = [component(host, "loggers", name, "LOGGERS") for name in exp.LOGGERS]
-    partitioner.layout = mesh_layout(host, exp)
-    layout = layout_name(host, exp)
+    layout, partitioner.layout = mesh_layout(host, exp)
     partitioner.setup(exp, devices)
     for data in job.datasets:
         partitioner.check_batch_size(data.name, data.batch_size)

@@ -16,7 +16,7 @@ import jax
 from pax_core.backends.attention import use_backend
 from pax_core.backends.presets import Preset, Setting, apply_presets, check_names
 from pax_core.errors import UsageError
-from pax_core.parallel.layouts import layout_name, mesh_layout
+from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.processes import DistributedOptions, join_processes
 from pax_core.plugins.host import PluginHost
 
@@ -35,9 +35,8 @@ class Runtime:
 def layout_presets(host: PluginHost, experiment: Any, processes: DistributedOptions
                    ) -> tuple[str, list[Preset]]:
     """The experiment's mesh layout's name and its presets for the experiment's slices."""
-    name = layout_name(host, experiment).split("/")[-1]
-    dcn = list(experiment.DCN_MESH_SHAPE or [1])
-    return name, mesh_layout(host, experiment).presets(dcn, processes)
+    name, layout = mesh_layout(host, experiment)
+    return name.split("/")[-1], layout.presets(list(experiment.DCN_MESH_SHAPE or [1]), processes)
 
 
 def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
@@ -55,13 +54,14 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     backends = {e.name: e.build() for e in host.components("backends")}
     chosen = _PLATFORM_ALIASES.get(name, name) if name else None
     prepared = {n: b for n, b in backends.items() if chosen in (None, n)}
-    owned = [layout_presets(host, experiment, processes),
-             *((n, b.presets()) for n, b in backends.items())]
-    check_names([f"{owner}.{p.name}" for owner, presets in owned for p in presets])
-    settings = apply_presets(*owned[0])
+    layout = layout_presets(host, experiment, processes)
+    presets = {n: b.presets() for n, b in backends.items()}
+    check_names([f"{owner}.{p.name}" for owner, group in [layout, *presets.items()]
+                 for p in group])
+    settings = apply_presets(*layout)
     by_backend = {}
     for backend_name, backend in prepared.items():
-        by_backend[backend_name] = apply_presets(backend_name, backend.presets())
+        by_backend[backend_name] = apply_presets(backend_name, presets[backend_name])
         backend.prepare()
     try:
         devices = jax.devices(name) if name else jax.devices()
