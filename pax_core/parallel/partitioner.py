@@ -39,6 +39,9 @@ class Reduction:
     def sum(self, tree: Any) -> Any:
         return tree
 
+    def max(self, tree: Any) -> Any:
+        return tree
+
     def gradients(self, tree: Any) -> Any:
         """The mean over shards of each shard's gradient of its own loss."""
         return tree
@@ -55,6 +58,9 @@ class AxisReduction(Reduction):
 
     def sum(self, tree: Any) -> Any:
         return jax.lax.psum(tree, self.axis)
+
+    def max(self, tree: Any) -> Any:
+        return jax.lax.pmax(tree, self.axis)
 
     def gradients(self, tree: Any) -> Any:
         return jax.lax.pmean(tree, self.axis)

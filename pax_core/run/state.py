@@ -22,7 +22,10 @@ class TrainState:
 
     ``model_state`` holds the model's Flax variable collections other than ``params`` (batch
     norm's moving statistics in ``batch_stats``, say): values a train step updates by running
-    the model rather than by the optimizer. It is empty for a model without any.
+    the model rather than by the optimizer. It is empty for a model without any. One
+    collection is updated differently: ``_overwrite_with_gradient`` (Flax's, holding FP8
+    matmuls' scales and amax histories) takes its gradient as its next value, the convention
+    of Flax's FP8 operations, whose backward pass returns the updated values as gradients.
     """
 
     params: Any

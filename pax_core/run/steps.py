@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
+from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
 from pax_core.models.output import ModelOutput
 from pax_core.parallel.partitioner import Reduction, reducing_with
@@ -39,11 +40,16 @@ def _microbatches(batch: dict[str, jax.Array], k: int) -> dict[str, jax.Array]:
     }
 
 
-def _floats_mean(reduction: Reduction, tree: Any) -> Any:
-    """``tree`` averaged across shards where its leaves are floats (moving statistics), so that
-    every shard keeps the same model state; integer leaves (counters) are equal already."""
-    return jax.tree.map(lambda x: reduction.mean(x) if jnp.issubdtype(x.dtype, jnp.floating)
-                        else x, tree)
+def _agreed(reduction: Reduction, model_state: dict[str, Any]) -> dict[str, Any]:
+    """The model state every shard keeps: float leaves (moving statistics) averaged across
+    shards, integer leaves (counters) as they are, since they are equal already; and the
+    collection overwritten with its gradient (FP8 scales and amax histories) at its maximum,
+    since each shard saw only its rows' largest value and the scales are equal already."""
+    def mean_floats(x):
+        return reduction.mean(x) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+    return {name: reduction.max(tree) if name == OVERWRITE_WITH_GRADIENT
+            else jax.tree.map(mean_floats, tree) for name, tree in model_state.items()}
 
 
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
@@ -56,21 +62,33 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     microbatch after another), and the step's loss, learning rate and gradient norm.
 
     ``anomalous`` in the metrics is 1 when the loss or the gradient norm is not finite; with
-    ``skip_anomalies`` such a step keeps the old parameters, optimizer and model state."""
+    ``skip_anomalies`` such a step keeps the old parameters, optimizer and model state.
+
+    The model-state collection ``OVERWRITE_WITH_GRADIENT`` (Flax's FP8 scales and amax
+    histories) is differentiated beside the parameters and replaced by its gradient, which
+    Flax's FP8 operations define as the variable's next value; the optimizer never sees it.
+    Microbatches chain it as they chain batch norm's statistics: each starts from the value
+    the one before left."""
     reduction = reduction or Reduction()
 
     def grads_of(params, model_state, batch, rng):
-        def loss_fn(p):
-            variables = {"params": p, **model_state}
-            with reducing_with(reduction):
-                if not model_state:
-                    out = model.apply(variables, batch, train=True, rngs={"dropout": rng})
-                    return out.loss, (out, model_state)
-                out, updated = model.apply(variables, batch, train=True, rngs={"dropout": rng},
-                                           mutable=list(model_state))
-            return out.loss, (out, {**model_state, **updated})
+        overwritten = model_state.get(OVERWRITE_WITH_GRADIENT)
+        mutable = [name for name in model_state if name != OVERWRITE_WITH_GRADIENT]
 
-        (_, (out, model_state)), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+        def loss_fn(p, overwritten):
+            variables = {"params": p, **model_state}
+            if overwritten is not None:
+                variables[OVERWRITE_WITH_GRADIENT] = overwritten
+            with reducing_with(reduction):
+                out, updated = model.apply(variables, batch, train=True, rngs={"dropout": rng},
+                                           mutable=mutable)
+            return out.loss, (out, updated)
+
+        (_, (out, updated)), (grads, next_values) = jax.value_and_grad(
+            loss_fn, argnums=(0, 1), has_aux=True)(params, overwritten)
+        model_state = {**model_state, **updated}
+        if overwritten is not None:
+            model_state[OVERWRITE_WITH_GRADIENT] = next_values
         return grads, out, model_state
 
     def accumulate(params, model_state, batch, rng):
@@ -101,7 +119,7 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
         rng, step_rng = jax.random.split(state.rng)
         compute = accumulate if num_microbatches > 1 else grads_of
         grads, out, model_state = compute(state.params, state.model_state, batch, step_rng)
-        model_state = _floats_mean(reduction, model_state)
+        model_state = _agreed(reduction, model_state)
         grads, loss, means, tokens = combined(grads, out)
         grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)

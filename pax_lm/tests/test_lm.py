@@ -73,7 +73,7 @@ def _decoder_and_params(seed: int = 0):
 def test_cached_greedy_decoding_equals_argmax_over_full_passes():
     decoder, params = _decoder_and_params()
     prompt = [1, 40, 50, 60]
-    tokens = generate(decoder, params, prompt, SamplingSettings(max_decode_steps=10))
+    tokens = generate(decoder, {"params": params}, prompt, SamplingSettings(max_decode_steps=10))
     # The decoder is causal, so one full pass over the result gives every prefix's logits.
     logits = decoder.apply({"params": params}, jnp.asarray([prompt + tokens]))
     greedy = jnp.argmax(logits[0, len(prompt) - 1:-1], axis=-1).tolist()
@@ -84,8 +84,8 @@ def test_cached_greedy_decoding_equals_argmax_over_full_passes():
 def test_sampling_is_seeded_and_stays_in_top_k():
     decoder, params = _decoder_and_params(1)
     settings = SamplingSettings(max_decode_steps=8, temperature=1.0, top_k=3, seed=7)
-    first = generate(decoder, params, [1, 70], settings)
-    assert first == generate(decoder, params, [1, 70], settings)
+    first = generate(decoder, {"params": params}, [1, 70], settings)
+    assert first == generate(decoder, {"params": params}, [1, 70], settings)
     assert len(first) == 8
 
 
@@ -103,7 +103,7 @@ def test_top_k_and_top_p_keep_the_likeliest_tokens():
 def test_prompt_longer_than_the_model_is_refused():
     decoder, params = _decoder_and_params()
     with pytest.raises(UsageError, match="maximum length is 32"):
-        generate(decoder, params, list(range(3, 40)), SamplingSettings())
+        generate(decoder, {"params": params}, list(range(3, 40)), SamplingSettings())
 
 
 def _pax(*args: str) -> subprocess.CompletedProcess:

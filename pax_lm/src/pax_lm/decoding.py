@@ -60,9 +60,12 @@ def choose(logits: jax.Array, key: jax.Array, settings: SamplingSettings) -> jax
     return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
 
 
-def generate(decoder: Any, params: Any, prompt: list[int], settings: SamplingSettings,
-             eos_id: int | None = None) -> list[int]:
+def generate(decoder: Any, variables: dict[str, Any], prompt: list[int],
+             settings: SamplingSettings, eos_id: int | None = None) -> list[int]:
     """Tokens that follow ``prompt`` (the prompt itself not included).
+
+    ``variables`` are the decoder's: ``params``, and any other collection it reads (an FP8
+    model's scales).
 
     Stops at ``eos_id``, after ``max_decode_steps`` tokens, or when the decoder's
     ``max_seq_len`` is reached, whichever comes first.
@@ -78,7 +81,7 @@ def generate(decoder: Any, params: Any, prompt: list[int], settings: SamplingSet
 
     @partial(jax.jit, donate_argnums=1)
     def step(ids, cache, positions, key):
-        logits, updated = decoder.apply({"params": params, "cache": cache}, ids,
+        logits, updated = decoder.apply({**variables, "cache": cache}, ids,
                                         positions=positions, decode=True, mutable=["cache"])
         return choose(logits[:, -1], key, settings), updated["cache"]
 

@@ -48,8 +48,9 @@ def decode(
                          f"a decoder and an input with a tokenizer)")
     # Training saw every document as [bos, text, eos]: a prompt starts a document the same way.
     prompt_ids = [tokenizer.bos_id, *tokenizer.encode(prompt)]
-    tokens = generate(decoder, run.eval_params(state)["decoder"], prompt_ids, settings,
-                      eos_id=tokenizer.eos_id)
+    variables = {name: collection["decoder"] for name, collection
+                 in run.eval_variables(state).items() if "decoder" in collection}
+    tokens = generate(decoder, variables, prompt_ids, settings, eos_id=tokenizer.eos_id)
     import jax
 
     if jax.process_index() != 0:  # every process decodes the same tokens: print them once

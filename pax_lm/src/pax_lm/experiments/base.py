@@ -64,6 +64,8 @@ class TransformerLmExperiment(Experiment):
     USE_REPEATED_LAYER = False
     CHECKPOINT_POLICY: str | None = "SAVE_NOTHING"
     FPROP_DTYPE = "bfloat16"
+    USE_FP8 = False  # the blocks' projections in FP8 (delayed scaling), for Hopper-class GPUs
+    FP8_AMAX_HISTORY_LENGTH = 1024
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
@@ -155,6 +157,8 @@ class TransformerLmExperiment(Experiment):
             scan_layers=self.USE_REPEATED_LAYER,
             remat_policy=self.CHECKPOINT_POLICY,
             dtype=self.FPROP_DTYPE,
+            fp8=self.USE_FP8,
+            fp8_amax_history=self.FP8_AMAX_HISTORY_LENGTH,
         )
 
     def lr_schedule(self) -> fdl.Config:

@@ -32,6 +32,11 @@ a tied model has neither softmax weights nor a softmax bias. ``count_params`` co
 The ``cache`` collection (``decode=True``) holds ``index`` (int32 scalar: how many positions are
 cached) and, per layer, ``attention/cached_key`` and ``attention/cached_value`` of
 [B, max_seq_len, K, H] in the compute dtype (stacked on a leading layers axis when scanned).
+
+With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer and projection
+(``attention/{query,key,value,out}/fp8``, ``ffn/{wi,wi_gate,wo}/fp8``), the float32 scales
+``{input,kernel,output_grad}_scale`` [1] and histories ``{input,kernel,output_grad}_amax_history``
+[fp8_amax_history] (stacked when scanned); they are not weights and ``count_params`` omits them.
 """
 
 from __future__ import annotations
@@ -73,6 +78,13 @@ class TransformerLm(nn.Module):
     layers as a pipeline over stages; its ``check(num_layers)``, if any, validates the config).
     Dropout (``dropout_rate``, ``train=True``,
     a "dropout" rng) applies to the input embeddings and to each residual branch.
+
+    ``fp8`` runs the blocks' attention and feed-forward projections in FP8 with delayed scaling
+    (Flax's, e4m3 forward and e5m2 gradients, each tensor's scale from its largest magnitude
+    over the last ``fp8_amax_history`` steps), as NVIDIA's recipe does on Hopper GPUs; the
+    embedding, the logits and attention's own products stay in ``dtype``. The scales and
+    histories live in the ``_overwrite_with_gradient`` collection (stacked like the weights),
+    which Pax's train step carries as model state.
     """
 
     vocab_size: int = 32000
@@ -100,6 +112,8 @@ class TransformerLm(nn.Module):
     remat_policy: str | None = None
     dtype: str = "float32"
     param_dtype: str = "float32"
+    fp8: bool = False
+    fp8_amax_history: int = 1024
     stack: Any = None
 
     def __post_init__(self) -> None:
@@ -136,6 +150,7 @@ class TransformerLm(nn.Module):
             init_std=self.init_std,
             dtype=jnp.dtype(self.dtype),
             param_dtype=jnp.dtype(self.param_dtype),
+            fp8_amax_history=self.fp8_amax_history if self.fp8 else 0,
         )
 
     @nn.compact
@@ -263,6 +278,12 @@ def _validate(m: TransformerLm) -> None:
     for field in ("attention_logit_cap", "logits_soft_cap"):
         if getattr(m, field) < 0:
             raise ValueError(f"{field} must be 0 (off) or positive, got {getattr(m, field)}")
+    if m.fp8 and m.fp8_amax_history < 1:
+        raise ValueError(f"fp8_amax_history must be a positive number of steps, got "
+                         f"{m.fp8_amax_history}")
+    if m.fp8 and m.stack is not None:
+        raise ValueError("fp8 runs in pax-transformer's own layer stack only, not in a custom "
+                         "stack such as a pipeline's; turn one of them off")
     if not 0.0 <= m.dropout_rate < 1.0:
         raise ValueError(f"dropout_rate must be in [0, 1), got {m.dropout_rate}")
     if m.init_std is not None and m.init_std <= 0:

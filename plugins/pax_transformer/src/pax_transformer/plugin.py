@@ -9,7 +9,7 @@ from __future__ import annotations
 from pax_core import Component, hookimpl
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.7,<2"
+PAX_API = ">=1.8,<2"
 
 
 @hookimpl

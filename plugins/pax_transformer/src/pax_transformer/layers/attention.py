@@ -80,6 +80,8 @@ class Attention(nn.Module):
     Weights: ``query`` kernel [d, heads, dim_per_head], ``key``/``value`` kernels
     [d, kv_heads, dim_per_head], ``out`` kernel [heads, dim_per_head, d]; with ``use_bias`` a
     bias on each, shaped like its output ([heads, dim_per_head], [kv_heads, dim_per_head], [d]).
+    ``fp8_amax_history`` > 0 runs the four projections in FP8 (``Projection``); the attention
+    itself stays in ``dtype``.
 
     ``decode=True`` keeps the keys and values of every position seen so far in the ``cache``
     collection as ``cached_key`` and ``cached_value`` ([B, max_seq_len, kv_heads, dim_per_head]
@@ -101,6 +103,7 @@ class Attention(nn.Module):
     decode: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    fp8_amax_history: int = 0
 
     def _projection(
         self, features: tuple[int, ...], in_names: tuple[str, ...], out_names: tuple[str, ...],
@@ -108,7 +111,7 @@ class Attention(nn.Module):
     ) -> Projection:
         return Projection(
             features, in_names, out_names, self.kernel_init, self.use_bias, self.dtype,
-            self.param_dtype, name=name,
+            self.param_dtype, self.fp8_amax_history, name=name,
         )
 
     @nn.compact

@@ -25,7 +25,9 @@ ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
 class BlockConfig:
     """A transformer block's settings, with derived values (heads, dims) already resolved.
 
-    ``causal`` False lets every position attend to every other (an encoder's blocks: ViT)."""
+    ``causal`` False lets every position attend to every other (an encoder's blocks: ViT).
+    ``fp8_amax_history`` > 0 runs the attention and feed-forward projections in FP8 with
+    delayed scaling over that many steps (0: in ``dtype``)."""
 
     hidden_dims: int
     num_heads: int
@@ -45,6 +47,7 @@ class BlockConfig:
     dtype: Any
     param_dtype: Any
     causal: bool = True
+    fp8_amax_history: int = 0
 
 
 def block_weights(c: BlockConfig, model_dims: int) -> int:
@@ -99,6 +102,7 @@ class TransformerBlock(nn.Module):
             decode=self.decode,
             dtype=c.dtype,
             param_dtype=c.param_dtype,
+            fp8_amax_history=c.fp8_amax_history,
             name="attention",
         )(self._norm("attention_norm")(x), positions, segment_ids, decode_start)
         x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)
@@ -110,6 +114,7 @@ class TransformerBlock(nn.Module):
             use_bias=c.use_bias,
             dtype=c.dtype,
             param_dtype=c.param_dtype,
+            fp8_amax_history=c.fp8_amax_history,
             name="ffn",
         )(self._norm("ffn_norm")(x))
         x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)

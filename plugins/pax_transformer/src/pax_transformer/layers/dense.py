@@ -5,6 +5,12 @@ reshapes afterwards, so a logically partitioned initialiser sees 3 axis names on
 under axis rules and a mesh (and flax re-evaluates initialisers abstractly on every ``apply`` to
 check shapes) that fails. Here the initialiser still sees the 2-D [fan_in, fan_out] shape (so
 fan-in scaling counts every contracted axis) but the names are attached to the final shape.
+
+FP8 (``fp8_amax_history`` > 0) is Flax's delayed scaling (``Fp8DirectDotGeneralOp``): inputs
+and kernel are cast to e4m3 and the output gradient to e5m2, each scaled by the largest
+magnitude seen over the last ``fp8_amax_history`` steps; the scales and histories are
+variables of the ``_overwrite_with_gradient`` collection, which the train step replaces by
+their gradients (the op's backward pass returns their next values there).
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.linen import fp8_ops
 from flax.typing import Initializer
 
 from pax_transformer.layers.initializers import partitioned
@@ -34,7 +41,8 @@ class Projection(nn.Module):
     """Contract the last ``len(in_names)`` axes of x with a kernel, giving ``features`` axes.
 
     The kernel is [*x.shape[-len(in_names):], *features] named ``(*in_names, *out_names)``;
-    with ``use_bias`` a bias of shape ``features`` named ``out_names``. Computed in ``dtype``.
+    with ``use_bias`` a bias of shape ``features`` named ``out_names``. Computed in ``dtype``,
+    or in FP8 with delayed scaling over ``fp8_amax_history`` steps when that is above 0.
     """
 
     features: tuple[int, ...]
@@ -44,6 +52,7 @@ class Projection(nn.Module):
     use_bias: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    fp8_amax_history: int = 0
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -54,7 +63,14 @@ class Projection(nn.Module):
             (*x.shape[x.ndim - contracted :], *self.features),
             self.param_dtype,
         )
-        y = jnp.tensordot(x.astype(self.dtype), kernel.astype(self.dtype), axes=contracted)
+        x, kernel = x.astype(self.dtype), kernel.astype(self.dtype)
+        if self.fp8_amax_history:
+            dims = ((tuple(range(x.ndim - contracted, x.ndim)), tuple(range(contracted))), ((), ()))
+            fp8 = fp8_ops.Fp8DirectDotGeneralOp(amax_history_length=self.fp8_amax_history,
+                                                name="fp8")
+            y = fp8(x, kernel, dims)
+        else:
+            y = jnp.tensordot(x, kernel, axes=contracted)
         if self.use_bias:
             bias = self.param(
                 "bias", partitioned(nn.initializers.zeros, self.out_names), self.features,

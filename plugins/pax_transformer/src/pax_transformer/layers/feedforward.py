@@ -35,7 +35,8 @@ class FeedForward(nn.Module):
     """[B, L, d] -> [B, L, d] through ``hidden_dims`` units.
 
     Kernels: ``wi`` (and ``wi_gate``) [d, hidden_dims] ("embed", "mlp"), ``wo`` [hidden_dims, d]
-    ("mlp", "embed"); with ``use_bias`` a bias on each.
+    ("mlp", "embed"); with ``use_bias`` a bias on each. ``fp8_amax_history`` > 0 runs the
+    three matmuls in FP8 (``Projection``).
     """
 
     hidden_dims: int
@@ -45,11 +46,12 @@ class FeedForward(nn.Module):
     use_bias: bool = False
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    fp8_amax_history: int = 0
 
     def _dense(self, features: int, names: tuple[str, str], name: str) -> Projection:
         return Projection(
             (features,), names[:1], names[1:], self.kernel_init, self.use_bias, self.dtype,
-            self.param_dtype, name=name,
+            self.param_dtype, self.fp8_amax_history, name=name,
         )
 
     @nn.compact

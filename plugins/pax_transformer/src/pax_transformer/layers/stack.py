@@ -1,9 +1,9 @@
 """The layer stack: a Python loop of blocks, or ``nn.scan`` over one repeated block.
 
 Looped layers are named ``layer_0 .. layer_{n-1}``; the scanned stack is one module ``layers``
-whose every weight (and cache entry) has a leading axis of size ``num_layers``, named
-``"layers"`` for the partitioner. Scanning traces and compiles one block instead of n, which
-pays off with depth; the two give the same function of the same weights
+whose every weight (and cache entry, and FP8 scale and history) has a leading axis of size
+``num_layers``, named ``"layers"`` for the partitioner. Scanning traces and compiles one block
+instead of n, which pays off with depth; the two give the same function of the same weights
 (``stack_layer_params`` converts one layout into the other).
 
 With ``remat_policy`` each block is wrapped in ``nn.remat`` with that policy.
@@ -17,6 +17,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from flax.linen.fp8_ops import OVERWRITE_WITH_GRADIENT
 
 from pax_core import axes
 from pax_transformer.layers.block import BlockConfig, TransformerBlock
@@ -50,7 +51,7 @@ class TransformerStack(nn.Module):
         if self.scan_layers:
             block = nn.scan(
                 block,
-                variable_axes={"params": 0, "cache": 0},
+                variable_axes={"params": 0, "cache": 0, OVERWRITE_WITH_GRADIENT: 0},
                 split_rngs={"params": True, "dropout": True},
                 in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
                 length=self.num_layers,
