@@ -3,6 +3,10 @@ the user's own values kept; the TPU backend's; the mesh layout an experiment get
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from pax_core import (
@@ -99,3 +103,52 @@ def test_attention_is_served_by_the_backend_the_runtime_installed(monkeypatch):
     assert dot_product_attention(x, x, x, mask=None, is_causal=True) == ("fused", True, None)
     monkeypatch.setattr(attention, "_running", Backend())
     assert dot_product_attention(x, x, x, mask=None).shape == (1, 4, 2, 8)
+
+
+PRESET_BEFORE_CONFIG = '''
+import sys
+import jax
+from pax_core import Component, CpuBackend, ExperimentRef, Preset, hookimpl
+from pax_core.examples import MlpSynthetic
+from pax_core.testing import isolated_host, read_metrics, train
+
+
+class FourDevices(CpuBackend):
+    def presets(self):
+        return [Preset("devices", "four host devices",
+                       flags={"--xla_force_host_platform_device_count": "4"})]
+
+
+class CountsDevices(MlpSynthetic):
+    """Pax's habit: a config that asks JAX for the devices (here, a batch row per device)."""
+
+    def task(self):
+        self.BATCH_SIZE = 16 * jax.device_count()
+        return super().task()
+
+
+class Plugin:
+    @hookimpl
+    def pax_register_backends(self):
+        return [Component("cpu", "__main__:FourDevices", "four host devices")]
+
+    @hookimpl
+    def pax_register_experiments(self):
+        return [ExperimentRef("CountsDevices", "__main__:CountsDevices")]
+
+
+train(isolated_host(("four", Plugin())), exp="CountsDevices", plugin="four",
+      set_items=["NUM_TRAIN_STEPS=1"], job_dir=sys.argv[1], evaluate=False)
+start = next(r for r in read_metrics(sys.argv[1]) if r["kind"] == "start")
+print(jax.device_count(), start["global_batch_size"])
+'''
+
+
+def test_a_config_that_asks_for_the_devices_sees_the_presets_devices(tmp_path):
+    """The runtime starts before the experiment makes its config, so the devices the config
+    counts are the ones the presets asked for, not those of a JAX started too early."""
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    result = subprocess.run([sys.executable, "-c", PRESET_BEFORE_CONFIG, str(tmp_path / "job")],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-2:] == ["4", "64"]

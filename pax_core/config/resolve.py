@@ -23,6 +23,16 @@ from pax_core.plugins.host import PluginHost
 
 
 @dataclasses.dataclass
+class ChosenExperiment:
+    """An experiment found by name with the user's constant overrides applied: enough to start
+    the runtime (its mesh and layout), before its config is made."""
+
+    name: str
+    experiment: Experiment
+    overrides: list[overrides.Override]
+
+
+@dataclasses.dataclass
 class ResolvedExperiment:
     """An experiment with the user's overrides applied, ready to build."""
 
@@ -92,20 +102,30 @@ def load_config(path: str) -> fdl.Config:
     return config
 
 
-def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
-            config_file: str | None = None) -> ResolvedExperiment:
-    """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects).
-
-    With ``config_file`` (Pax's ``--fdl_config_file``) its config replaces the experiment's
-    task and datasets; the experiment's constants still give the mesh and the components, and
-    path overrides apply to the file's config."""
+def choose(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
+           ) -> ChosenExperiment:
+    """Look up ``exp`` and apply the ``--set`` overrides of its constants (those of config
+    paths are parsed, and applied by ``configure``)."""
     if plugin:
         host.require(plugin)
     name, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
     _check_required_plugins(name, cls)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
-    experiment = cls()
+    return ChosenExperiment(name, cls(), parsed)
+
+
+def configure(chosen: ChosenExperiment, config_file: str | None = None) -> ResolvedExperiment:
+    """The config tree (not the objects) of a chosen experiment, with the path overrides.
+
+    An experiment may ask JAX about the devices while it makes its config (Pax's global batch
+    is ``PERCORE_BATCH_SIZE`` x ``jax.device_count()``), which starts JAX: a run therefore
+    calls this only once its runtime has started (presets applied, processes joined).
+
+    With ``config_file`` (Pax's ``--fdl_config_file``) its config replaces the experiment's
+    task and datasets; the experiment's constants still give the mesh and the components, and
+    path overrides apply to the file's config."""
+    name, experiment, parsed = chosen.name, chosen.experiment, chosen.overrides
     try:
         config = (load_config(config_file) if config_file else
                   fdl.Config(Job, task=experiment.task(), datasets=list(experiment.datasets())))
@@ -118,3 +138,10 @@ def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
         if not ov.is_constant:
             overrides.apply_path(config, ov)
     return ResolvedExperiment(name, experiment, config, [str(o) for o in parsed])
+
+
+def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+            config_file: str | None = None) -> ResolvedExperiment:
+    """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects):
+    ``choose`` then ``configure``."""
+    return configure(choose(host, exp, plugin, set_items), config_file)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import jax
 
 from pax_core.checkpointers.base import Checkpointer
-from pax_core.config.resolve import ResolvedExperiment, resolve
+from pax_core.config.resolve import ResolvedExperiment, choose, configure
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
 from pax_core.loggers import LoggerGroup
@@ -41,11 +41,13 @@ def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
              job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
              config_file: str | None = None) -> Run:
-    resolved = resolve(host, exp, plugin, set_items, config_file)
-    job_dir.check_same_experiment(resolved.name)
-    runtime = start_runtime(host, platform, resolved.experiment, distributed)
+    chosen = choose(host, exp, plugin, set_items)
+    job_dir.check_same_experiment(chosen.name)
+    # The config is made once JAX has started as the presets and processes want it, since an
+    # experiment may ask JAX for its devices while it makes its config.
+    runtime = start_runtime(host, platform, chosen.experiment, distributed)
     check_same_software(host)
-    run = build_run(host, resolved, runtime.devices)
+    run = build_run(host, configure(chosen, config_file), runtime.devices)
     run.presets = [s.as_text() for s in runtime.settings]
     return run
 
