@@ -116,9 +116,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (about 8 minutes): CLI start-up, `pax train` against a bare loop, and a
-    pipeline's step time against the unpipelined model's; results under bench/results/.
-    Arguments go to bench/train_speed.py."""
+    """Benchmarks (about 45 minutes on 2 cores): CLI start-up, `pax train` against
+    hand-written flax + optax and a bare loop around Pax's model (speed, start-up, memory),
+    and a pipeline's step time against the unpipelined model's; results under
+    bench/results/. Arguments go to bench/train_speed.py (`--models quickstart --rounds 2`
+    takes 3 minutes)."""
     session.install(*PACKAGES)
     session.run("python", "bench/cli_startup.py")
     session.run("python", "bench/train_speed.py", *session.posargs)

@@ -1,11 +1,33 @@
-"""The benchmark's larger model: a ~50M-parameter GPT on the quick start's data and settings.
+"""The benchmark's larger models, on the quick start's data and settings: a ~25M-parameter
+llama-style LM and a ~50M-parameter GPT.
 
-Loaded by ``pax train --exp bench/models.py:BenchLm50M`` and by the bare loop alike.
+Loaded by ``pax train --exp bench/models.py:BenchLm50M``, by the bare loop and by the
+hand-written baseline's harness alike.
 """
 
 from __future__ import annotations
 
 from pax_lm.experiments.quickstart import QuickStartLm
+
+
+class BenchLlama25M(QuickStartLm):
+    """4 layers of width 512 (8 heads of 64), RMSNorm, gated SiLU feed-forward 2048, rotary
+    positions, an untied 8,192-token vocabulary (bytes use its first 259), sequence 256,
+    batch 8: 25.2M parameters."""
+
+    NUM_LAYERS = 4
+    MODEL_DIMS = 512
+    HIDDEN_DIMS = 2048
+    NUM_HEADS = 8
+    DIMS_PER_HEAD = 64
+    ACTIVATION = "silu"
+    USE_GATED_ACTIVATION = True
+    NORMALIZATION = "rmsnorm"
+    VOCAB_SIZE = 8192
+    SEPARATE_EMBEDDING = True
+    SCALE_EMBEDDING = False
+    MAX_SEQ_LEN = 256
+    PERCORE_BATCH_SIZE = 8
 
 
 class BenchLm50M(QuickStartLm):

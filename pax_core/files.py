@@ -23,6 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import platformdirs
+
 from pax_core.errors import UsageError
 
 # What a user does about each failure the storage can have.
@@ -45,6 +47,12 @@ _STATUS_CODES = {"NOT_FOUND": errno.ENOENT, "PERMISSION_DENIED": errno.EACCES,
 REMOTE = ("gs",)
 # GCS's rule for bucket names (TensorStore refuses others, at the first save).
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+
+
+def cache_dir() -> Path:
+    """Pax's cache directory (a CPU's measured peak, compiled programs): ``PAX_CACHE_DIR``,
+    else the user's cache directory."""
+    return Path(os.environ.get("PAX_CACHE_DIR") or platformdirs.user_cache_dir("pax"))
 
 
 def job_path(text: str | os.PathLike) -> Any:

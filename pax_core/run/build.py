@@ -63,6 +63,8 @@ class Run:
     # (``pax_core.Preset``), as the start record and the console show them.
     mesh_layout: str = "contiguous"
     presets: list[str] = dataclasses.field(default_factory=list)
+    # Where compiled programs are cached (``pax_core.run.compilation_cache``), or "off".
+    compilation_cache: str = "off"
 
     @property
     def task(self) -> Task:

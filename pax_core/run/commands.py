@@ -49,6 +49,7 @@ def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str
     check_same_software(host)
     run = build_run(host, configure(chosen, config_file), runtime.devices)
     run.presets = [s.as_text() for s in runtime.settings]
+    run.compilation_cache = runtime.compilation_cache
     return run
 
 
@@ -146,8 +147,12 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
         info = RunInfo(run.resolved.name, str(jd.path), total, step, jax.process_index(),
                        jax.process_count())
         loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
+        # The loop takes the state out of ``start``: a name here would keep the first state
+        # alive beside every later one, a whole model and optimizer state more in memory.
+        start = [state]
+        del state
         try:
-            _, step, status = loop.run_loop(state, info, loggers, config_text)
+            _, step, status = loop.run_loop(start, info, loggers, config_text)
             if loop.target_reached is not None and primary:
                 jd.record_target(run.task.train.early_stopping, *loop.target_reached)
                 print(f"{run.resolved.name}: reached its target at step {step} "

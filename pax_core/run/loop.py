@@ -30,7 +30,7 @@ from pax_core.run.build import Run
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.state import TrainState, count_params
 from pax_core.run.train_steps import TrainSteps
-from pax_core.speed.clock import StepClock, Utilisation
+from pax_core.speed.clock import StepClock, Utilisation, process_age
 from pax_core.speed.peak import device_peak
 from pax_core.speed.profiling import StepProfiler
 
@@ -96,7 +96,7 @@ class TrainLoop:
         self.clock = StepClock()
         self.profile_steps = options.profile_steps
         self.evaluates = options.evaluate and bool(run.eval_inputs)
-        self._first_step_sec: float | None = None
+        self._first_step: dict[str, float] = {}
         self.stop_signal = 0
         self.target_reached: tuple[int, str] | None = None
         # Per-step "loss or gradients not finite" flags not yet read: (step, device scalar);
@@ -143,8 +143,8 @@ class TrainLoop:
         values.update(self.utilisation.metrics(steps_per_sec,
                                                self.train_steps.flops_since_last()))
         values.update(breakdown)
-        if self._first_step_sec is not None:  # once per invocation, at its first summary
-            values["first_step_sec"], self._first_step_sec = self._first_step_sec, None
+        values.update(self._first_step)  # once per invocation, at its first summary
+        self._first_step = {}
         self._log(step, "train", values)
 
     def _evaluate(self, step: int, state: TrainState) -> dict[str, dict[str, float]]:
@@ -206,9 +206,13 @@ class TrainLoop:
             raise self.host.provider_error("input", self.run.train_input, e) from e
         return self.run.partitioner.global_batch(local)
 
-    def run_loop(self, state: TrainState, info: RunInfo, loggers: LoggerGroup,
+    def run_loop(self, start: list[TrainState], info: RunInfo, loggers: LoggerGroup,
                  config_text: str) -> tuple[TrainState, int, str]:
-        """Train from ``info.start_step`` to ``num_train_steps``; returns (state, step, status)."""
+        """Train from ``info.start_step`` to ``num_train_steps``; returns (state, step, status).
+
+        ``start`` holds the state to train from, and the steps take it out: were it an argument,
+        the callers' frames would keep it alive until the end, beside the states the steps
+        make (no train state is donated on a CPU)."""
         self.info, self.loggers = info, loggers
         step, total = info.start_step, self.settings.num_train_steps
         self._last_summary_step = step
@@ -220,10 +224,10 @@ class TrainLoop:
         profiler.check_window(step, total)
         flag = {"stop": 0}
         # The first step's time is its own: the state (initialised or restored) is ready first.
-        jax.block_until_ready(state)
+        jax.block_until_ready(start)
         with _stop_on_signals(flag, coordinated=jax.process_count() > 1):
             with contextlib.closing(profiler):
-                state, step = self._steps(state, step, flag, profiler)
+                state, step = self._steps(start, step, flag, profiler)
             self.stop_signal = flag["stop"]
             status = "interrupted" if self.stop_signal else "completed"
             self._save(step, state)
@@ -233,9 +237,11 @@ class TrainLoop:
         self._announce_committed()
         return state, step, status
 
-    def _steps(self, state: TrainState, step: int, flag: dict[str, int],
+    def _steps(self, start: list[TrainState], step: int, flag: dict[str, int],
                profiler: StepProfiler) -> tuple[TrainState, int]:
-        """Steps until ``num_train_steps`` or a stop request, with summaries, evals and saves."""
+        """Steps until ``num_train_steps`` or a stop request, with summaries, evals and saves,
+        from the state taken out of ``start``."""
+        state = start.pop()
         total, settings, clock = self.settings.num_train_steps, self.settings, self.clock
         inflight: collections.deque = collections.deque()
         clock.restart()
@@ -279,10 +285,15 @@ class TrainLoop:
         return multihost_utils.reached_preemption_sync_point(step)
 
     def _time_first_step(self, metrics: dict[str, jax.Array]) -> None:
-        """Compiling plus running the first step: what a user waits for before training."""
+        """Compiling plus running the first step, and the process's launch to the end of it:
+        what a user waits for before training."""
         jax.block_until_ready(metrics)
         self.clock.charge("step")
-        self._first_step_sec = self.train_steps.compile_sec + self.clock.spent("step")
+        self._first_step = {"first_step_sec": self.train_steps.compile_sec
+                            + self.clock.spent("step")}
+        age = process_age()
+        if age is not None:
+            self._first_step["startup_sec"] = age
 
     def _hparams(self) -> dict[str, Any]:
         train = self.settings
@@ -297,6 +308,7 @@ class TrainLoop:
             **self.utilisation.settings(),
             **self._placement(),
             "mesh_layout": self.run.mesh_layout,
+            "compilation_cache": self.run.compilation_cache,
             **({"presets": self.run.presets} if self.run.presets else {}),
         }
 

@@ -1,5 +1,5 @@
 """Starting the runtime: joining the other processes, applying presets, preparing backends,
-starting JAX.
+opening the compilation cache, starting JAX.
 
 Presets and ``prepare`` must run before JAX starts its runtime, which is why this is the first
 thing a command does once the configuration is known to be valid.
@@ -19,6 +19,7 @@ from pax_core.errors import UsageError
 from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.processes import DistributedOptions, join_processes
 from pax_core.plugins.host import PluginHost
+from pax_core.run.compilation_cache import use_compilation_cache
 
 # JAX's platform names that one backend serves.
 _PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
@@ -26,10 +27,12 @@ _PLATFORM_ALIASES = {"cuda": "gpu", "rocm": "gpu"}
 
 @dataclasses.dataclass
 class Runtime:
-    """The started runtime: its devices, and every preset value in force."""
+    """The started runtime: its devices, every preset value in force, and where compiled
+    programs are cached (``pax_core.run.compilation_cache``)."""
 
     devices: list[jax.Device]
     settings: list[Setting]
+    compilation_cache: str = "off"
 
 
 def layout_presets(host: PluginHost, experiment: Any, processes: DistributedOptions
@@ -63,6 +66,7 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     for backend_name, backend in prepared.items():
         by_backend[backend_name] = apply_presets(backend_name, presets[backend_name])
         backend.prepare()
+    cache = use_compilation_cache()
     try:
         devices = jax.devices(name) if name else jax.devices()
     except RuntimeError as e:
@@ -73,7 +77,7 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
         prepared[detected].check(devices)
         use_backend(prepared[detected])
     # The other platforms' presets touched only their own settings: not worth reporting.
-    return Runtime(devices, settings + by_backend.get(detected, []))
+    return Runtime(devices, settings + by_backend.get(detected, []), cache)
 
 
 def donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:

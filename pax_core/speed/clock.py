@@ -13,6 +13,7 @@ peak), see ``pax_core.speed.flops`` and ``pax_core.speed.peak``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from typing import Any
 
@@ -20,6 +21,19 @@ from pax_core.speed.flops import StepFlops
 from pax_core.speed.peak import Peak
 
 PHASES = ("input", "step", "checkpoint", "eval")
+
+
+def process_age() -> float | None:
+    """Seconds since this process started, from the kernel's records (None where there is no
+    ``/proc``): launch to now, the interpreter's start and every import included."""
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - ticks / os.sysconf("SC_CLK_TCK")
 
 
 class StepClock:

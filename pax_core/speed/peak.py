@@ -16,7 +16,8 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import platformdirs
+
+from pax_core.files import cache_dir
 
 # Dense bfloat16 TFLOP/s per chip, matched against ``device.device_kind`` in this order (the
 # first substring found wins, so the more specific names come first).
@@ -85,8 +86,7 @@ def _cpu_name() -> str:
 
 def cache_path() -> str:
     """``$PAX_CACHE_DIR/cpu_peak.json``, by default in the user's cache directory."""
-    directory = os.environ.get("PAX_CACHE_DIR") or platformdirs.user_cache_dir("pax")
-    return os.path.join(directory, "cpu_peak.json")
+    return str(cache_dir() / "cpu_peak.json")
 
 
 def measured_cpu_peak() -> float:

@@ -85,15 +85,18 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
                 env: Mapping[str, str] | None = None, timeout: float = 600) -> KillTrials:
     """Run ``pax train ARGS --job-dir JOB_DIR`` ``trials`` times, killing each with SIGKILL at
     a random moment (``seed`` fixes them), then once more to the end. ``JOB_DIR`` may be in a
-    bucket (``gs://``); the runs' output is then kept in a local temporary folder."""
+    bucket (``gs://``); the runs' output is then kept in a local temporary folder. The trials
+    share a compilation cache of their own beside the output (a kill may cut an entry short,
+    which JAX reports and compiles again), so no other run meets what they leave."""
     job_dir = job_path(job_dir)
     pax = str(Path(sys.executable).with_name("pax"))
     command = [pax, "train", *args, "--job-dir", str(job_dir)]
-    env = {**os.environ, "PAX_STRICT_PLUGINS": "1", **(env or {})}
     rng = random.Random(seed)
     logs = (Path(tempfile.mkdtemp(prefix="pax-trials-")) if is_remote(job_dir)
             else job_dir.parent / f"{job_dir.name}-trials")
     logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "PAX_STRICT_PLUGINS": "1", "PAX_COMPILATION_CACHE": str(logs / "xla"),
+           **(env or {})}
     killed, resumed, removed, damaged, tracebacks = 0, [], 0, [], []
 
     def read(text: str) -> None:

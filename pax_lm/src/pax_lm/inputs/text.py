@@ -140,7 +140,7 @@ class TextInput(LmInput):
                                                               prefetch_buffer_size=0)))
 
     def _gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        batch = {k: v[indices] for k, v in self._rows.items()}
+        batch = {k: v[indices].astype(np.int32) for k, v in self._rows.items()}
         batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
         return batch
 
@@ -182,30 +182,46 @@ def split_documents(documents: Sequence[str], split: str, eval_fraction: float,
     return [d for d, keep in zip(documents, chosen, strict=True) if keep]
 
 
-def _make_rows(documents: Sequence[np.ndarray], tokenizer: Tokenizer, seq_len: int,
-              packing: str) -> dict[str, np.ndarray]:
-    """``ids``, ``labels``, ``segment_ids`` and ``segment_pos`` (int32, ``[rows, seq_len]``) of
-    the tokenized ``documents``; padding has ``segment_ids`` 0 and the pad id."""
-    bos, eos = np.array([tokenizer.bos_id], np.int32), np.array([tokenizer.eos_id], np.int32)
-    stream = np.concatenate([part for doc in documents for part in (bos, doc, eos)])
+def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
+               packing: str) -> dict[str, np.ndarray]:
+    """``ids``, ``labels``, ``segment_ids`` and ``segment_pos`` (``[rows, seq_len]``) of the
+    tokenized ``documents``, which it empties as it goes; padding has ``segment_ids`` 0 and the
+    pad id.
+
+    Each array takes the narrowest unsigned type that holds its values (uint16 for a vocabulary
+    and a row of under 65,536), and the tokens are copied piece by piece rather than through
+    per-token index arrays: the rows of a corpus take a quarter of int64 indices' memory, and
+    the process keeps no high-water mark from building them (``_gather`` widens each batch)."""
+    lengths = np.array([len(doc) + 2 for doc in documents], np.int64)
+    stream = np.empty(int(lengths.sum()), np.int32)
+    at = 0
+    for i, doc in enumerate(documents):  # [bos, text, eos] per document, in place
+        stream[at], stream[at + 1:at + 1 + len(doc)], stream[at + 1 + len(doc)] = (
+            tokenizer.bos_id, doc, tokenizer.eos_id)
+        at += len(doc) + 2
+        documents[i] = None
     if packing == "pack":
-        lengths = np.array([len(doc) + 2 for doc in documents])
         piece_start, piece_len, _ = cut_pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
         row, offset, segment = first_fit(piece_len, seq_len)
     else:  # the stream as one run: a row per piece, one segment each
         piece_start, piece_len, _ = cut_pieces(np.array([0]), np.array([len(stream)]), seq_len)
         row = np.arange(len(piece_len))
         offset, segment = np.zeros_like(row), np.ones_like(row)
-    # One entry per prediction: its piece, its place in the piece, its cell in the flat rows.
-    piece = np.repeat(np.arange(len(piece_len)), piece_len)
-    pos = np.arange(len(piece)) - np.repeat(np.cumsum(piece_len) - piece_len, piece_len)
-    cell, src = row[piece] * seq_len + offset[piece] + pos, piece_start[piece] + pos
-    size = (int(row.max()) + 1) * seq_len
-    rows = {"ids": np.full(size, tokenizer.pad_id, np.int32),
-            "labels": np.full(size, tokenizer.pad_id, np.int32),
-            "segment_ids": np.zeros(size, np.int32), "segment_pos": np.zeros(size, np.int32)}
-    rows["ids"][cell] = stream[src]
-    rows["labels"][cell] = stream[src + 1]
-    rows["segment_ids"][cell] = segment[piece]
-    rows["segment_pos"][cell] = pos
-    return {k: v.reshape(-1, seq_len) for k, v in rows.items()}
+    shape = (int(row.max()) + 1, seq_len)
+    tokens, places = _narrowest(tokenizer.vocab_size), _narrowest(seq_len + 1)
+    rows = {"ids": np.full(shape, tokenizer.pad_id, tokens),
+            "labels": np.full(shape, tokenizer.pad_id, tokens),
+            "segment_ids": np.zeros(shape, places), "segment_pos": np.zeros(shape, places)}
+    columns = np.arange(seq_len)
+    for r, c, n, s, g in zip(row.tolist(), offset.tolist(), piece_len.tolist(),
+                             piece_start.tolist(), segment.tolist(), strict=True):
+        rows["ids"][r, c:c + n] = stream[s:s + n]
+        rows["labels"][r, c:c + n] = stream[s + 1:s + n + 1]
+        rows["segment_ids"][r, c:c + n] = g
+        rows["segment_pos"][r, c:c + n] = columns[:n]
+    return rows
+
+
+def _narrowest(bound: int) -> type:
+    """The narrowest unsigned integer type for values below ``bound``."""
+    return next(t for t in (np.uint8, np.uint16, np.uint32) if bound <= np.iinfo(t).max + 1)
