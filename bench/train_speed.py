@@ -15,8 +15,9 @@ processes, interleaved round by round:
 For the quick-start LM (GPT-style, 1.8M), a llama-style 25M LM and a 50M GPT. Reported:
 tokens/s (median interval between summaries after a warm-up), the whole run's wall time, launch
 to the end of the first step, the first step itself (compile included) cold and warm, and peak
-resident memory (hand and pax each save a final checkpoint); medians over the rounds. Targets: tokens/s >= 0.98 x hand;
-whole run <= hand + 3 s; warm first step <= 0.5 x cold; peak memory <= 1.1 x hand.
+resident memory (hand and pax each save a final checkpoint); medians over the rounds.
+Targets: tokens/s >= 0.98 x hand; whole run <= hand + 3 s; warm first step <= 0.5 x cold; peak
+memory <= 1.1 x hand.
 
     python bench/train_speed.py [--rounds N] [--models quickstart,llama25m,lm50m]
 
