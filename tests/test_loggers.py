@@ -9,6 +9,7 @@ import struct
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -132,6 +133,26 @@ def test_tensorboard_event_files_load_in_tensorboard(tmp_path):
     valid = EventAccumulator(str(tmp_path / "summaries" / "eval_valid"))
     valid.Reload()
     assert [(e.step, e.value) for e in valid.Scalars("accuracy")] == [(2, 0.75)]
+
+
+def test_tensorboard_resume_within_the_same_second_keeps_the_earlier_run(tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboardX import event_file_writer
+
+    # tensorboardX names event files by the second: both runs below start in the same one.
+    monkeypatch.setattr(event_file_writer, "time", SimpleNamespace(time=lambda: 1_800_000_000.0))
+    for start_step, steps in ((0, range(1, 5)), (2, range(3, 7))):
+        logger = TensorBoardLogger(str(tmp_path))
+        _start(logger, start_step)
+        for step in steps:
+            logger.write(step, "train", {"loss": float(step + start_step)})
+        logger.close()
+
+    train = EventAccumulator(str(tmp_path / "summaries" / "train"))
+    train.Reload()
+    assert [(e.step, e.value) for e in train.Scalars("loss")] == [
+        (1, 1.0), (2, 2.0), (3, 5.0), (4, 6.0), (5, 7.0), (6, 8.0)]
 
 
 @pytest.mark.parametrize(("value", "text"), [

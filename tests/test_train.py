@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
 import signal
+import weakref
 
 import jax
 import numpy as np
@@ -179,6 +181,31 @@ def test_checkpoint_notifications_come_after_the_commit(host, tmp_path):
         commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
                        set_items=[])
     assert seen == [(20, True), (40, True), (60, True)]
+
+
+def test_the_first_state_is_let_go_once_training_moves_on(host, tmp_path, monkeypatch):
+    """No frame may keep the restored or initialised state: on a CPU no state is donated, so
+    a held first state would stay in memory beside the ones the steps make."""
+    first, alive = [], []
+
+    def restore_or_init(*args, **kwargs):
+        state, step = restored(*args, **kwargs)
+        first.append(weakref.ref(jax.tree.leaves(state.params)[0]))
+        return state, step
+
+    class Probe:
+        @hookimpl
+        def pax_on_metrics(self, run, step, kind, metrics):
+            if kind == "train":
+                gc.collect()
+                alive.append(first[0]() is not None)
+
+    restored = commands.restore_or_init
+    monkeypatch.setattr(commands, "restore_or_init", restore_or_init)
+    with register_plugin(host, Probe(), "probe"):
+        commands.train(host, exp="TinyCounting", plugin=None, job_dir=str(tmp_path),
+                       set_items=["NUM_TRAIN_STEPS=8", "task.train.summary_interval_steps=4"])
+    assert alive == [False, False]
 
 
 @pytest.mark.parametrize(

@@ -8,6 +8,7 @@ metric name on one chart, told apart by run.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,8 +39,12 @@ class TensorBoardLogger(Logger):
     def _writer(self, kind: str) -> SummaryWriter:
         run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
         if run not in self._writers:
+            # The event file's name carries the time in seconds only: a resume started within
+            # the same second would overwrite the earlier run's file without a finer suffix,
+            # which also keeps the files in the order they were written.
             self._writers[run] = SummaryWriter(os.path.join(self.job_dir, "summaries", run),
-                                               purge_step=self._purge_step)
+                                               purge_step=self._purge_step,
+                                               filename_suffix=f".{time.time_ns():020d}")
         return self._writers[run]
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
