@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.8.0"
+API_VERSION = "1.9.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -72,6 +72,9 @@ _EXPORTS: dict[str, str] = {
     "MeshLayout": "pax_core.parallel.layouts",
     "DistributedOptions": "pax_core.parallel.processes",
     "axes": "pax_core.axes",
+    # sweeps
+    "SearchSpace": "pax_core.sweep.space",
+    "TrialRunner": "pax_core.sweep.runners",
     # errors
     "PaxError": "pax_core.errors",
     "UsageError": "pax_core.errors",

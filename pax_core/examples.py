@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import fiddle as fdl
 
 from pax_core.config.experiment import Experiment
@@ -46,6 +48,18 @@ class MlpSynthetic(Experiment):
                 eval_interval_steps=100,
             ),
         )
+
+    def search(self) -> Any:
+        """``pax sweep --exp MlpSynthetic``: the learning rate and the width, judged by the
+        held-out loss (PyGlove is imported only by a sweep)."""
+        import pyglove as pg
+
+        from pax_core.sweep.space import SearchSpace
+
+        return SearchSpace(
+            values={"LEARNING_RATE": pg.floatv(1e-4, 1e-1, scale="log"),
+                    "HIDDEN_DIMS": pg.oneof([(8,), (32,), (128,)])},
+            metric="eval/test loss", goal="minimize", max_trials=12)
 
     def datasets(self) -> list[fdl.Config[SyntheticInput]]:
         def features(name: str, is_training: bool, seed: int):

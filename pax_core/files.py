@@ -17,9 +17,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import shutil
+import socket
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +109,26 @@ def write_atomic(path: Any, text: str) -> None:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+
+
+@contextlib.contextmanager
+def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
+    """Hold the operating system's lock on ``path`` (``flock``, which a killed process
+    releases, so it never has to be removed by hand), the holder's pid, host and start time
+    inside; when another process holds it, raise ``refusal(that holder)``."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            raise refusal(holder) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
 
 
 def read_text(path: Any) -> str:

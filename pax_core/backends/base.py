@@ -24,6 +24,13 @@ class Backend:
         user's own values win; ``PAX_NO_PRESETS`` turns a preset off by name)."""
         return []
 
+    def share(self, index: int, count: int) -> dict[str, str]:
+        """Environment variables that give the ``index``-th of ``count`` processes started
+        side by side on this host (a sweep's trials) its own share of the platform's devices;
+        the default gives none, and every process sees every device."""
+        del index, count
+        return {}
+
     def prepare(self) -> None:
         """Runs before JAX initialises its runtime, after the presets: anything a preset cannot
         say (a ``jax.config`` switch)."""

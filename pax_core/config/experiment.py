@@ -46,6 +46,12 @@ class Experiment:
         """Return input configs; exactly one must have ``is_training=True``."""
         raise NotImplementedError(f"{type(self).__name__} must define datasets()")
 
+    def search(self) -> Any:
+        """The search space ``pax sweep`` explores by default: a ``pax_core.SearchSpace`` of
+        PyGlove hyper-values over constants and config paths, with the metric to optimise; None
+        (the default) declares none, and ``pax sweep --search`` must give one."""
+        return None
+
     @classmethod
     def mesh_size(cls) -> int | None:
         """Devices of the declared ICI x DCN mesh; None when no mesh is declared."""

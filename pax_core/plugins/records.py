@@ -26,6 +26,7 @@ KINDS = (
     "backends",
     "mesh_layouts",
     "commands",
+    "trial_runners",
 )
 
 

@@ -15,11 +15,9 @@ at a time is the user's to keep (``pax_core.files``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import importlib.metadata
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -27,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.errors import PaxError, UsageError, first_line
-from pax_core.files import is_remote, job_path, probe_write, read_text, write_atomic
+from pax_core.files import held, is_remote, job_path, probe_write, read_text, write_atomic
 
 LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
 RUN_KEYS = ("experiment", "overrides")
@@ -174,22 +172,10 @@ class JobDir:
         if self.remote:
             yield
             return
-        path = self.path / "train.lock"
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
-                raise UsageError(f"--job-dir {self.path} is in use by another pax train "
-                                 f"({holder}); wait for it to end, stop it, or use another "
-                                 f"--job-dir (nothing was changed)") from None
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
-                         f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
+        with held(self.path / "train.lock", lambda holder: UsageError(
+                f"--job-dir {self.path} is in use by another pax train ({holder}); wait for it "
+                f"to end, stop it, or use another --job-dir (nothing was changed)")):
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     @property
     def target_file(self) -> Path:

@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from pax_core.backends.attention import use_backend
+from pax_core.backends.base import Backend
 from pax_core.backends.presets import Preset, Setting, apply_presets, check_names
 from pax_core.errors import UsageError
 from pax_core.parallel.layouts import mesh_layout
@@ -42,6 +43,18 @@ def layout_presets(host: PluginHost, experiment: Any, processes: DistributedOpti
     return name.split("/")[-1], layout.presets(list(experiment.DCN_MESH_SHAPE or [1]), processes)
 
 
+def platform_name(platform: str | None) -> str | None:
+    """The platform asked for (``--platform``, else ``JAX_PLATFORMS``'s first), or None."""
+    return platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
+
+
+def preparing(backends: dict[str, Backend], name: str | None) -> dict[str, Backend]:
+    """The backends that prepare for a run on platform ``name``: its own, or every one when
+    no platform is named (which one JAX picks is known only once it has started)."""
+    chosen = _PLATFORM_ALIASES.get(name, name) if name else None
+    return {n: b for n, b in backends.items() if chosen in (None, n)}
+
+
 def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
                   distributed: DistributedOptions | None = None) -> Runtime:
     """Join the run's other processes, apply presets, start JAX, and check the devices.
@@ -53,10 +66,9 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     """
     processes = distributed or DistributedOptions.parse()
     join_processes(processes)
-    name = platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
+    name = platform_name(platform)
     backends = {e.name: e.build() for e in host.components("backends")}
-    chosen = _PLATFORM_ALIASES.get(name, name) if name else None
-    prepared = {n: b for n, b in backends.items() if chosen in (None, n)}
+    prepared = preparing(backends, name)
     layout = layout_presets(host, experiment, processes)
     presets = {n: b.presets() for n, b in backends.items()}
     check_names([f"{owner}.{p.name}" for owner, group in [layout, *presets.items()]

@@ -115,3 +115,17 @@ def test_a_fallback_says_why_once_and_computes_what_xla_does(monkeypatch, capsys
     assert capsys.readouterr().err.splitlines() == [
         "pax: warning: attention runs on XLA, not cuDNN, for float32 inputs (cuDNN's fused "
         "attention takes bfloat16 or float16)"]
+
+
+def test_trials_side_by_side_get_their_own_gpus(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3,4,5,6,7")
+    backend = GpuBackend()
+    assert [backend.share(i, 4) for i in range(4)] == [
+        {"CUDA_VISIBLE_DEVICES": "0,1"}, {"CUDA_VISIBLE_DEVICES": "2,3"},
+        {"CUDA_VISIBLE_DEVICES": "4,5"}, {"CUDA_VISIBLE_DEVICES": "6,7"}]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
+    assert backend.share(1, 2) == {"CUDA_VISIBLE_DEVICES": "5"}
+    with pytest.raises(UsageError, match="3 trials at once need a GPU each, and this host has 2"):
+        backend.share(0, 3)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert backend.share(0, 2) == {}

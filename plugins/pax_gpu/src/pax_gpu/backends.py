@@ -3,6 +3,8 @@ fused attention where cuDNN can serve the shape (XLA's otherwise, said once per 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from typing import Any
 
 import jax
@@ -38,6 +40,20 @@ def segment_mask(segment_ids: jax.Array) -> jax.Array:
     return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
 
 
+def visible_gpus() -> list[str]:
+    """This process's GPUs as CUDA numbers them, without starting JAX."""
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [g.strip() for g in listed.split(",") if g.strip()]
+    try:
+        found = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                               timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [str(i) for i, line in enumerate(ln for ln in found.splitlines()
+                                            if ln.startswith("GPU "))]
+
+
 def _notice(reason: str) -> None:
     if reason not in _told:
         _told.add(reason)
@@ -51,6 +67,19 @@ class GpuBackend(Backend):
 
     def presets(self) -> list[Preset]:
         return list(PRESETS)
+
+    def share(self, index: int, count: int) -> dict[str, str]:
+        """The ``index``-th of ``count`` equal runs of this host's GPUs (those in
+        ``CUDA_VISIBLE_DEVICES``, else those ``nvidia-smi -L`` lists), as its
+        ``CUDA_VISIBLE_DEVICES``; nothing where no GPU is known."""
+        gpus = visible_gpus()
+        if not gpus:
+            return {}
+        if len(gpus) < count:
+            raise UsageError(f"{count} trials at once need a GPU each, and this host has "
+                             f"{len(gpus)}; use --parallel {len(gpus)} or fewer")
+        each = len(gpus) // count
+        return {"CUDA_VISIBLE_DEVICES": ",".join(gpus[index * each:(index + 1) * each])}
 
     def check(self, devices: list[Any]) -> None:
         for device in devices:

@@ -1,0 +1,48 @@
+"""The search algorithms ``pax sweep --algorithm`` names: PyGlove's, each a ``DNAGenerator``
+(propose a choice, take a reward, recover from a history)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyglove as pg
+
+from pax_core.errors import UsageError
+
+NAMES = ("grid", "random", "evolution")
+DEFAULT_TRIALS = 16
+
+
+def budget(name: str, spec: pg.DNASpec, trials: int | None, declared: int | None) -> int:
+    """How many trials: ``--trials``, else the space's ``max_trials``, else the whole grid
+    (grid search) or ``DEFAULT_TRIALS``."""
+    if name not in NAMES:
+        raise UsageError(f"--algorithm {name}: use one of {', '.join(NAMES)}")
+    size = spec.space_size  # -1 where a value is continuous
+    if name == "grid" and size < 0:
+        continuous = [str(dna_spec.location) for dna_spec in spec.decision_points
+                      if isinstance(dna_spec, pg.geno.Float)]
+        raise UsageError(f"grid search needs a finite space, but {', '.join(continuous)} "
+                         f"ranges over floats: give it oneof([...]) values, or use "
+                         f"--algorithm random")
+    chosen = trials or declared or (size if name == "grid" else DEFAULT_TRIALS)
+    if chosen < 1:
+        raise UsageError(f"--trials {chosen}: a sweep needs at least one trial")
+    return min(chosen, size) if name == "grid" else chosen
+
+
+def make(name: str, spec: pg.DNASpec, seed: int, trials: int) -> Any:
+    """The algorithm, set up for ``spec``. Regularized evolution (Real et al., as Pax's
+    tuning used it) gets a population of a quarter of the budget (2 to 100) and tournaments
+    of a quarter of that (at least 2)."""
+    if name == "grid":
+        algorithm = pg.geno.Sweeping()
+    elif name == "random":
+        algorithm = pg.geno.Random(seed=seed)
+    else:
+        population = max(2, min(100, trials // 4))
+        algorithm = pg.evolution.regularized_evolution(
+            pg.evolution.mutators.Uniform(seed=seed), population_size=population,
+            tournament_size=max(2, population // 4), seed=seed)
+    algorithm.setup(spec)
+    return algorithm

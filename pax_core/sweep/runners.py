@@ -1,0 +1,115 @@
+"""Trial runners: where a sweep's trials train.
+
+A trial is a ``pax train`` command line with its own job directory, so a runner only has to run
+command lines somewhere and say when each ends and with what exit status; the sweep does the
+rest (choosing, recording, reading metrics). ``local`` is built in; plugins register others
+(``pax_register_trial_runners``), such as pax-ray's, which sends each trial to a Ray cluster.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from pax_core.errors import UsageError
+from pax_core.plugins.host import PluginHost
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+class TrialRunner:
+    """Runs trials, up to ``slots`` at once.
+
+    ``start`` begins one trial (its ``pax train`` arguments, its job directory, and the file
+    for what it prints); ``wait`` returns the trials that ended within ``timeout`` seconds with
+    their exit status (0 trained, 2 a usage error, 130/143 stopped on request after saving, any
+    other a failure); ``stop`` asks every running trial to stop as Ctrl-C asks ``pax train``
+    (it saves its checkpoint) and waits for them to end.
+    """
+
+    slots: int = 1
+
+    def start(self, trial: str, args: list[str], job_dir: Path, log: Path) -> None:
+        raise NotImplementedError
+
+    def wait(self, timeout: float) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+
+class LocalRunner(TrialRunner):
+    """Trials as processes of this machine, ``parallel`` at once, each given its share of the
+    devices by the platform's backend (``Backend.share``: the CPU's fake devices split,
+    pax-gpu's ``CUDA_VISIBLE_DEVICES``)."""
+
+    def __init__(self, host: PluginHost, parallel: int = 1, platform: str | None = None):
+        from pax_core.run.runtime import platform_name, preparing
+
+        self.slots = parallel
+        self._platform = platform
+        backends = {e.name: e.build() for e in host.components("backends")}
+        self._backends = list(preparing(backends, platform_name(platform)).values())
+        self._running: dict[str, tuple[int, subprocess.Popen]] = {}
+
+    def _environment(self, slot: int) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.slots > 1:
+            for backend in self._backends:
+                env.update(backend.share(slot, self.slots))
+        return env
+
+    def start(self, trial: str, args: list[str], job_dir: Path, log: Path) -> None:
+        busy = {slot for slot, _ in self._running.values()}
+        slot = min(set(range(self.slots)) - busy)
+        pax = str(Path(sys.executable).with_name("pax"))
+        platform = ["--platform", self._platform] if self._platform else []
+        with open(log, "ab") as out:
+            process = subprocess.Popen(
+                [pax, "train", *args, *platform, "--job-dir", str(job_dir)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self._environment(slot), start_new_session=True,
+                preexec_fn=_stop_with_parent)
+        self._running[trial] = (slot, process)
+
+    def wait(self, timeout: float) -> list[tuple[str, int]]:
+        deadline = time.monotonic() + timeout
+        while True:
+            ended = [(t, p.returncode) for t, (_, p) in self._running.items()
+                     if p.poll() is not None]
+            if ended or time.monotonic() >= deadline:
+                for trial, _ in ended:
+                    del self._running[trial]
+                return ended
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        for _, process in self._running.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+        for _, process in self._running.values():
+            process.wait()
+
+
+def _stop_with_parent() -> None:
+    """In the trial, before it runs: ask Linux to send it SIGTERM when the sweep dies, so a
+    sweep killed outright (kill -9) leaves no trial training alone; each saves its checkpoint
+    and stops, and the next invocation resumes it. Elsewhere a trial outlives its sweep."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def runner(host: PluginHost, name: str, parallel: int, platform: str | None) -> TrialRunner:
+    """The trial runner registered as ``name``, for ``parallel`` trials at once."""
+    entry = host.components("trial_runners").get(name)
+    made = entry.build(host, parallel=parallel, platform=platform)
+    if not isinstance(made, TrialRunner):
+        raise UsageError(f"trial runner {name} made a {type(made).__name__}, not a "
+                         f"pax_core.TrialRunner")
+    return made

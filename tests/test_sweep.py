@@ -1,0 +1,236 @@
+"""pax sweep: PyGlove search spaces over an experiment's constants, trials as real pax train
+jobs, the results table and plot, resuming after a stop or a kill, and bad input."""
+
+from __future__ import annotations
+
+import csv
+import fcntl
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyglove as pg
+import pytest
+
+from pax_core.backends.cpu import CpuBackend
+from pax_core.errors import UsageError
+from pax_core.sweep import space
+from pax_core.sweep.record import SweepDir
+from pax_core.testing import run_pax
+
+MLP = ["--exp", "MlpSynthetic", "--metric", "eval/test loss"]
+# Short trials: 40 steps, a checkpoint at the end only.
+SHORT = ["--set", "NUM_TRAIN_STEPS=40", "--set", "task.train.eval_interval_steps=40"]
+# One trial, of the learning rate that the MLP learns well with (the experiment's own space
+# searches the width too: one width here).
+ONE = ["--search", "LEARNING_RATE=oneof([0.01])", "--search", "HIDDEN_DIMS=oneof([(32,)])"]
+
+
+def _trials(sweep_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text())
+            for p in sorted((sweep_dir / "trials").glob("*/trial.json"))}
+
+
+def _results(sweep_dir: Path) -> list[dict[str, str]]:
+    with open(sweep_dir / "results.csv") as f:
+        return list(csv.DictReader(f))
+
+
+# The search space's words.
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("oneof([1, 2])", pg.oneof([1, 2])),
+    ("floatv(1e-4, 0.1, log)", pg.floatv(1e-4, 0.1, scale="log")),
+    ("floatv(0.0, 1.0)", pg.floatv(0.0, 1.0)),
+    ("intv(2, 4)", pg.oneof([2, 3, 4])),
+    ("manyof(2, ['a', 'b', 'c'])", pg.manyof(2, ["a", "b", "c"])),
+    ("(64, 64)", (64, 64)),
+])
+def test_search_expressions_are_pyglove_hyper_values(text, expected):
+    assert space.parse_search([f"KEY={text}"]) == {"KEY": expected}
+
+
+@pytest.mark.parametrize(("item", "message"), [
+    ("LR", "expected KEY=EXPR"),
+    ("LR=floatv(1, 0.1)", "floatv needs LOW < HIGH"),
+    ("LR=floatv(0, 1, log)", "LOW > 0 on a log scale"),
+    ("LR=oneof([])", "non-empty list"),
+    ("LR=oneof(rate)", "'rate' is not a Python literal"),
+    ("LR=choice([1, 2])", "write oneof([A, B, ...])"),
+    ("N=manyof(4, [1, 2])", "manyof needs a count from 1 to the number of candidates"),
+])
+def test_bad_search_expressions_say_what_is_wrong(item, message):
+    with pytest.raises(UsageError, match=re.escape(message)):
+        space.parse_search([item])
+
+
+def test_a_search_file_holds_lines_as_the_command_line(tmp_path):
+    path = tmp_path / "space.txt"
+    path.write_text("# learning rate\nLEARNING_RATE=floatv(1e-4, 1e-1, log)\n\nN=intv(1, 2)\n")
+    found = space.parse_search(["N=oneof([8])"], [str(path)])
+    assert found == {"LEARNING_RATE": pg.floatv(1e-4, 1e-1, scale="log"), "N": pg.oneof([8])}
+
+
+def test_trial_overrides_read_back_as_set_items():
+    chosen = {"HIDDEN_DIMS": (8, 8), "LEARNING_RATE": 0.003, "TAGS": pg.List(["a", "b"])}
+    assert space.overrides(chosen) == ["HIDDEN_DIMS=(8, 8)", "LEARNING_RATE=0.003",
+                                       "TAGS=['a', 'b']"]
+
+
+def test_trials_side_by_side_share_the_cpu_devices(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false "
+                                    "--xla_force_host_platform_device_count=8")
+    assert CpuBackend().share(1, 2) == {
+        "XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=4"}
+    assert CpuBackend().share(0, 16)["XLA_FLAGS"].endswith("device_count=1")
+
+
+# Real sweeps.
+
+def test_grid_and_random_search_find_the_good_learning_rates(tmp_path):
+    """Within 40 steps of Adam the MLP's held-out loss is lowest for a learning rate from 1e-2
+    to 1e-1 (below 0.5, from 1.7 at the start); at 1e-3 and below it stays above 1. Grid
+    search tries 6 pairs of learning rate and width; random search, 6 draws from the
+    experiment's own space (log-uniform from 1e-4 to 1e-1)."""
+    grid = tmp_path / "grid"
+    result = run_pax("sweep", *MLP, *SHORT, "--sweep-dir", str(grid), "--algorithm", "grid",
+                     "--search", "LEARNING_RATE=oneof([1e-4, 1e-3, 1e-2])",
+                     "--search", "HIDDEN_DIMS=oneof([(8,), (64,)])", "--parallel", "2",
+                     timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = _results(grid)
+    assert len(rows) == 6 and {r["status"] for r in rows} == {"completed"}
+    assert float(rows[0]["LEARNING_RATE"]) == 1e-2
+    assert {float(r["LEARNING_RATE"]) for r in rows[-2:]} == {1e-4}
+    assert [float(r["eval/test loss"]) for r in rows] == sorted(
+        float(r["eval/test loss"]) for r in rows)
+    assert "HIDDEN_DIMS" in result.stdout and (grid / "results.png").stat().st_size > 10_000
+
+    rand = tmp_path / "random"
+    result = run_pax("sweep", *MLP, *SHORT, "--sweep-dir", str(rand), "--trials", "6",
+                     "--parallel", "2", "--seed", "3", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = _results(rand)
+    assert len(rows) == 6
+    assert 1e-2 <= float(rows[0]["LEARNING_RATE"]) <= 1e-1
+    assert float(rows[0]["eval/test loss"]) < 0.5
+
+
+def _held(lock: Path) -> bool:
+    with open(lock, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_path, signum):
+    sweep_dir = tmp_path / "sweep"
+    command = [str(Path(sys.executable).with_name("pax")), "sweep", *MLP, "--sweep-dir",
+               str(sweep_dir), "--algorithm", "grid", "--search",
+               "LEARNING_RATE=oneof([0.003, 0.01])", "--search", "HIDDEN_DIMS=oneof([(32,)])",
+               "--set", "NUM_TRAIN_STEPS=1000", "--set", "task.train.save_interval_steps=100",
+               "--set", "task.train.eval_interval_steps=1000"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    second_trial = sweep_dir / "trials" / "001"
+    deadline = time.monotonic() + 240
+    while not any(p.name.isdigit() for p in (second_trial / "checkpoints").glob("*")):
+        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+        time.sleep(0.2)
+    os.kill(first.pid, signum)
+    _, err = first.communicate(timeout=120)
+    if signum == signal.SIGINT:
+        assert first.returncode == 130, err
+        assert "run the same command to resume" in err and "Traceback" not in err
+    while _held(second_trial / "train.lock"):  # after a kill, the trial saves and stops
+        time.sleep(0.2)
+    trials = _trials(sweep_dir)
+    assert trials["000"]["status"] == "completed" and trials["001"]["status"] == "running"
+    finished = (sweep_dir / "trials" / "000" / "metrics.jsonl").read_text()
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    assert "trial 000 started" not in again.stdout and "trial 001 started" in again.stdout
+    assert (sweep_dir / "trials" / "000" / "metrics.jsonl").read_text() == finished
+    starts = [json.loads(line)["step"] for line in
+              (second_trial / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line)["kind"] == "start"]
+    assert starts[0] == 0 and starts[1] >= 100  # resumed from its checkpoint
+    assert {t["status"] for t in _trials(sweep_dir).values()} == {"completed"}
+
+
+# Bad input: one line, exit 2, nothing overwritten.
+
+def _refused(*args: str) -> str:
+    result = run_pax("sweep", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    return result.stderr
+
+
+def test_an_empty_search_space_is_refused(tmp_path):
+    message = _refused("--exp", "TinyCounting", "--metric", "train loss", "--sweep-dir",
+                       str(tmp_path / "s"))
+    assert "the search space is empty" in message
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_unknown_constant_is_refused_naming_the_closest(tmp_path):
+    message = _refused(*MLP, "--search", "LEARNIG_RATE=oneof([0.1, 0.2])", "--sweep-dir",
+                       str(tmp_path / "s"))
+    assert "LEARNIG_RATE is not a constant of experiment" in message
+    assert "did you mean LEARNING_RATE?" in message
+
+
+def test_grid_search_over_a_float_range_is_refused(tmp_path):
+    message = _refused(*MLP, "--algorithm", "grid", "--sweep-dir", str(tmp_path / "s"))
+    assert "grid search needs a finite space, but LEARNING_RATE ranges over floats" in message
+
+
+def test_a_metric_no_trial_reports_and_another_sweep_in_the_folder(tmp_path):
+    sweep_dir = tmp_path / "s"
+    args = ["--exp", "MlpSynthetic", *SHORT, "--sweep-dir", str(sweep_dir), *ONE]
+    message = _refused(*args, "--metric", "eval/test bleu")
+    assert "metric 'eval/test bleu' is not among trial 000's metrics" in message
+    assert "eval/test loss" in message
+    record = (sweep_dir / "sweep.json").read_text()
+
+    message = _refused(*args, "--search", "HIDDEN_DIMS=oneof([(4,)])", "--metric",
+                       "eval/test loss")
+    assert f"--sweep-dir {sweep_dir} holds another sweep (search:" in message
+    assert (sweep_dir / "sweep.json").read_text() == record
+
+    fixed = run_pax("sweep", *args, "--metric", "eval/test loss")  # the same trial, judged
+    assert fixed.returncode == 0, fixed.stderr
+    assert "trial 000 started" not in fixed.stdout
+    assert _trials(sweep_dir)["000"]["metric"] < 2
+
+
+def test_a_folder_that_holds_something_else_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    message = _refused(*MLP, "--sweep-dir", str(tmp_path))
+    assert "is not empty and holds no sweep" in message
+    assert [p.name for p in tmp_path.iterdir()] == ["notes.txt"]
+
+
+def test_show_without_a_sweep_is_refused(tmp_path):
+    assert "holds no sweep" in _refused("--sweep-dir", str(tmp_path), "--show")
+
+
+def test_show_reads_the_metric_again(tmp_path):
+    sweep_dir = tmp_path / "s"
+    result = run_pax("sweep", *MLP, *SHORT, "--sweep-dir", str(sweep_dir), *ONE)
+    assert result.returncode == 0, result.stderr
+    shown = run_pax("sweep", "--sweep-dir", str(sweep_dir), "--show")
+    assert shown.returncode == 0, shown.stderr
+    assert "LEARNING_RATE" in shown.stdout and "completed" in shown.stdout
+    trial = SweepDir(sweep_dir).trials()[0]
+    assert _results(sweep_dir)[0]["eval/test loss"] == str(trial.metric)
