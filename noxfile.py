@@ -1,5 +1,5 @@
-"""Sessions: `tests`, `plugin_kit` and `seqio` (CI), `tests_newest` (Python 3.12, newest jax),
-`lint`, `bench`."""
+"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `vizier` (CI), `tests_newest` (Python
+3.12, newest jax), `lint`, `bench`."""
 
 from __future__ import annotations
 
@@ -104,6 +104,29 @@ def seqio(session: nox.Session) -> None:
                     "-e", "plugins/pax_seqio")
     session.run("python", "-m", "pip", "check")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_seqio/tests",
+                *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """pax-ray in an environment of its own, since Ray is large: its tests start a one-node
+    Ray cluster on 127.0.0.1 and sweep through it (about 3 minutes on 2 cores, the
+    installation included). No other session installs pax-ray."""
+    session.install("-e", ".[test]", "-e", "plugins/pax_ray[test]")
+    session.run("python", "-m", "pip", "check")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_ray/tests",
+                *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
+@nox.session
+def vizier(session: nox.Session) -> None:
+    """pax-core[vizier] (OSS Vizier with its JAX designers, large) in an environment of its
+    own: pax sweep --algorithm vizier, from the designer to a sweep of real trials (about 4
+    minutes on 2 cores, the installation included)."""
+    session.install("-e", ".[test,vizier]")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_sweep_vizier.py",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 

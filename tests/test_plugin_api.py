@@ -47,11 +47,13 @@ TESTING_API = [
 PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "pax_speech/src",
                   "plugins/pax_transformer/src", "plugins/pax_pipeline/src",
                   "plugins/pax_multislice/src", "plugins/pax_gpu/src",
-                  "plugins/pax_seqio/src", "tests/plugins/pax_testplugin/src"]
+                  "plugins/pax_seqio/src", "plugins/pax_ray/src",
+                  "tests/plugins/pax_testplugin/src"]
 PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "pax_speech/tests",
                 "plugins/pax_transformer/tests", "plugins/pax_pipeline/tests",
                 "plugins/pax_multislice/tests", "plugins/pax_gpu/tests",
-                "plugins/pax_seqio/tests", "tests/plugins/pax_testplugin/tests"]
+                "plugins/pax_seqio/tests", "plugins/pax_ray/tests",
+                "tests/plugins/pax_testplugin/tests"]
 
 
 def _installed(tmp_path: Path, name: str, source: str) -> dict[str, str]:

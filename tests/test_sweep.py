@@ -69,6 +69,12 @@ def test_bad_search_expressions_say_what_is_wrong(item, message):
         space.parse_search([item])
 
 
+@pytest.mark.parametrize("item", ["200", "0:0.5", "200:1.5", "x:0.5"])
+def test_bad_early_stopping_gates_are_refused(item):
+    with pytest.raises(UsageError, match="expected STEP:FRACTION"):
+        space.parse_early_stop([item])
+
+
 def test_a_search_file_holds_lines_as_the_command_line(tmp_path):
     path = tmp_path / "space.txt"
     path.write_text("# learning rate\nLEARNING_RATE=floatv(1e-4, 1e-1, log)\n\nN=intv(1, 2)\n")
@@ -165,6 +171,26 @@ def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_
               if json.loads(line)["kind"] == "start"]
     assert starts[0] == 0 and starts[1] >= 100  # resumed from its checkpoint
     assert {t["status"] for t in _trials(sweep_dir).values()} == {"completed"}
+
+
+def test_a_hopeless_trial_is_stopped_early_and_saved(tmp_path):
+    """Three good learning rates reach step 200 first; the fourth, 1e-5, has barely moved
+    there, outside the best half, and stops."""
+    sweep_dir = tmp_path / "s"
+    result = run_pax("sweep", *MLP, "--sweep-dir", str(sweep_dir), "--algorithm", "grid",
+                     "--search", "LEARNING_RATE=oneof([0.01, 0.03, 0.1, 1e-5])",
+                     "--search", "HIDDEN_DIMS=oneof([(32,)])", "--early-stop", "200:0.5",
+                     "--set", "NUM_TRAIN_STEPS=1500", "--set",
+                     "task.train.eval_interval_steps=100", "--set",
+                     "task.train.save_interval_steps=500", timeout=300)
+    assert result.returncode == 0, result.stderr
+    trials = _trials(sweep_dir)
+    assert [t["status"] for t in trials.values()] == ["completed"] * 3 + ["stopped early"]
+    assert 200 <= trials["003"]["steps"] < 1500
+    assert "trial 003 stopped early at step" in result.stdout
+    saved = [int(p.name) for p in (sweep_dir / "trials" / "003" / "checkpoints").iterdir()
+             if p.name.isdigit()]
+    assert trials["003"]["steps"] <= max(saved) < 1500
 
 
 # Bad input: one line, exit 2, nothing overwritten.

@@ -284,9 +284,14 @@ def sweep_command(
         "--goal", metavar="minimize|maximize",
         help="Whether lower or higher is better; default: the experiment's search(), "
         "else minimize.")] = None,
+    early_stop: Annotated[list[str] | None, typer.Option(
+        "--early-stop", metavar="STEP:FRACTION",
+        help="Stop at STEP a trial whose metric there is outside the best FRACTION of the "
+        "trials that reached STEP (once 3 have); repeatable.")] = None,
     algorithm: Annotated[str, typer.Option(
         "--algorithm", metavar="NAME",
-        help="grid, random or evolution (PyGlove's regularized evolution).")] = "random",
+        help="grid, random, evolution (PyGlove's regularized evolution) or vizier (OSS "
+        "Vizier's GP bandit: pax-core[vizier]).")] = "random",
     trials: Annotated[int | None, typer.Option(
         "--trials", metavar="N", min=1,
         help="Trials in all (a resumed sweep may be given more); default: the experiment's, "
@@ -319,8 +324,8 @@ def sweep_command(
         sweep(_host(ctx), SweepOptions(
             exp=exp, sweep_dir=sweep_dir, plugin=plugin, set_items=tuple(set_items or ()),
             search_items=tuple(search or ()), search_files=tuple(search_file or ()),
-            metric=metric, goal=goal, algorithm=algorithm, trials=trials, parallel=parallel,
-            runner=runner, seed=seed, platform=platform))
+            metric=metric, goal=goal, early_stop=tuple(early_stop or ()), algorithm=algorithm,
+            trials=trials, parallel=parallel, runner=runner, seed=seed, platform=platform))
     results.show(SweepDir(sweep_dir))
 
 

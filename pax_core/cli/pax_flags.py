@@ -48,7 +48,7 @@ OBSOLETE = {
     "--jax_xla_backend": "use --platform",
     "--jax_enable_checks": "set JAX_ENABLE_CHECKS instead",
 }
-# Flags of Pax's tuning (PyGlove) that pax train does not take.
+# Flags of Pax's tuning (PyGlove), which is pax sweep here.
 TUNING = ("--study", "--controller_mode", "--tuner_group", "--metrics_from", "--num_trials",
           "--pythia_port")
 MODES = {"train": "train", "eval": "eval", "decode": "decode", "decode_once": "decode"}
@@ -105,7 +105,8 @@ def translate(argv: list[str]) -> list[str]:
             out += [RENAMED[name], value]
         elif name in TUNING:
             raise UsageError(f"{name} belongs to Pax's tuning, which pax train does not run; "
-                             f"drop it (and the other tuning flags)")
+                             f"tune with pax sweep --exp E --sweep-dir DIR (PyGlove search "
+                             f"spaces, --num_trials is --trials), or drop the tuning flags")
         else:
             negated = name.startswith("--no") and name not in BOOLEANS and name not in OBSOLETE
             bare = "--" + name[len("--no"):] if negated else name

@@ -1,5 +1,6 @@
-"""The search algorithms ``pax sweep --algorithm`` names: PyGlove's, each a ``DNAGenerator``
-(propose a choice, take a reward, recover from a history)."""
+"""The search algorithms ``pax sweep --algorithm`` names, each a PyGlove ``DNAGenerator``
+(propose a choice, take a reward, recover from a history): PyGlove's own, and OSS Vizier's
+default designer where it is installed (``vizier.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pyglove as pg
 
 from pax_core.errors import UsageError
 
-NAMES = ("grid", "random", "evolution")
+NAMES = ("grid", "random", "evolution", "vizier")
 DEFAULT_TRIALS = 16
 
 
@@ -39,6 +40,10 @@ def make(name: str, spec: pg.DNASpec, seed: int, trials: int) -> Any:
         algorithm = pg.geno.Sweeping()
     elif name == "random":
         algorithm = pg.geno.Random(seed=seed)
+    elif name == "vizier":
+        from pax_core.sweep.vizier import VizierDesigner
+
+        algorithm = VizierDesigner(seed=seed)
     else:
         population = max(2, min(100, trials // 4))
         algorithm = pg.evolution.regularized_evolution(

@@ -24,8 +24,17 @@ import pyglove as pg
 from pax_core.errors import Stopped, UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.sweep import algorithms, metrics, space
-from pax_core.sweep.record import COMPLETED, FAILED, INVALID, RUNNING, SweepDir, Trial
-from pax_core.sweep.runners import TrialRunner, runner
+from pax_core.sweep.record import (
+    COMPLETED,
+    FAILED,
+    INVALID,
+    RUNNING,
+    STOPPED_EARLY,
+    SweepDir,
+    Trial,
+)
+from pax_core.sweep.runners import TrialRunner, runner, trial_resources
+from pax_core.sweep.stopping import EarlyStopping
 
 POLL_S = 0.5
 _STOPPED = (130, 143)
@@ -43,6 +52,7 @@ class SweepOptions:
     search_files: tuple[str, ...] = ()
     metric: str | None = None
     goal: str | None = None
+    early_stop: tuple[str, ...] = ()
     algorithm: str = "random"
     trials: int | None = None
     parallel: int = 1
@@ -92,7 +102,7 @@ class Sweep:
         self.space = space.combine(
             chosen.experiment.search(),
             space.parse_search(list(options.search_items), list(options.search_files)),
-            options.metric, options.goal)
+            options.metric, options.goal, space.parse_early_stop(list(options.early_stop)))
         space.check_keys(self.space, chosen.name, type(chosen.experiment).constants())
         self.hyper = self.space.hyper()
         self.spec = pg.dna_spec(self.hyper)
@@ -100,14 +110,17 @@ class Sweep:
                                         self.space.max_trials)
         self.algorithm = algorithms.make(options.algorithm, self.spec, options.seed,
                                          self.budget)
-        self.experiment = chosen.name
+        self.resources = trial_resources(chosen.experiment, options.platform)
         self.dir = SweepDir(options.sweep_dir)
         self.definition = {
             "experiment": chosen.name, "set_items": list(options.set_items),
             "search": self.space.describe(), "algorithm": options.algorithm,
             "seed": options.seed, "metric": self.space.metric, "goal": self.space.goal,
-            "trials": self.budget}
+            "trials": self.budget, "early_stop": [list(g) for g in self.space.early_stop]}
         self.dir.check_same_sweep(self.definition)
+        self.stopping = (EarlyStopping(self.space.early_stop, self.space.metric,
+                                       self.space.goal, self.spec)
+                         if self.space.early_stop else None)
         self.host = host
 
     def run(self) -> list[Trial]:
@@ -121,6 +134,8 @@ class Sweep:
                     self.dir.save(trial)
             self.algorithm.recover(
                 (pg.DNA.from_json(t.dna), _reward(t.metric, self.space.goal)) for t in trials)
+            if self.stopping:
+                self.stopping.recover([(t, self.dir.job_dir(t)) for t in trials])
             waiting = [t for t in trials if t.status in (RUNNING, INVALID)]
             pool = runner(self.host, self.options.runner, self.options.parallel,
                           self.options.platform)
@@ -131,6 +146,7 @@ class Sweep:
     def _loop(self, trials: list[Trial], waiting: list[Trial], pool: TrialRunner,
               stops: list[int]) -> None:
         running: dict[str, tuple[Trial, float]] = {}
+        hopeless: set[str] = set()
         exhausted = False
         while True:
             if stops:
@@ -145,13 +161,20 @@ class Sweep:
                 running[trial.name] = (trial, time.monotonic())
             if not running:
                 return
+            for name, (trial, _) in running.items():
+                if (self.stopping and name not in hopeless
+                        and self.stopping.should_stop(trial, self.dir.job_dir(trial))):
+                    hopeless.add(name)
+                    pool.cancel(name)
             for name, code in pool.wait(POLL_S):
                 trial, started = running.pop(name)
                 trial.wall_sec += time.monotonic() - started
-                if code in _STOPPED and not stops:
+                if name in hopeless and code in (0, *_STOPPED):
+                    self._stopped_early(trial)
+                elif code in _STOPPED and not stops:
                     waiting.append(trial)  # stopped from outside: it resumes
-                    continue
-                self._ended(trial, code, pool, running)
+                else:
+                    self._ended(trial, code, pool, running)
 
     def _propose(self, trials: list[Trial]) -> Trial | None:
         try:
@@ -170,10 +193,12 @@ class Sweep:
         args = ["--exp", self.options.exp]
         if self.options.plugin:
             args += ["--plugin", self.options.plugin]
+        if self.options.platform:
+            args += ["--platform", self.options.platform]
         for item in [*self.options.set_items, *trial.overrides]:
             args += ["--set", item]
         print(f"trial {trial.name} started: {' '.join(trial.overrides)}", flush=True)
-        pool.start(trial.name, args, job, job / "output.log")
+        pool.start(trial.name, args, job, job / "output.log", self.resources)
 
     def _ended(self, trial: Trial, code: int, pool: TrialRunner,
                running: dict[str, tuple[Trial, float]]) -> None:
@@ -204,6 +229,15 @@ class Sweep:
                              f"{trial.message.removeprefix('pax: ')}")
         print(f"trial {trial.name} failed (exit {code}): {trial.message}; see {log}",
               flush=True)
+
+    def _stopped_early(self, trial: Trial) -> None:
+        """A trial the early-stopping rule stopped: its metric is the last it reached, and the
+        algorithm is not told (a partial run's metric would mislead it)."""
+        trial.status = STOPPED_EARLY
+        self._judge(trial)
+        self.dir.save(trial)
+        print(f"trial {trial.name} stopped early at step {trial.steps}: {self.space.metric} = "
+              f"{trial.metric:.6g}", flush=True)
 
     def _judge(self, trial: Trial) -> None:
         """Read the trial's metric (again: the sweep's metric may have changed)."""

@@ -22,9 +22,11 @@ from pax_core.errors import UsageError
 from pax_core.files import held, write_atomic
 
 # A trial's statuses: ``running`` (started, not ended: an interrupted trial resumes from its
-# checkpoint), ``completed``, ``failed`` (its run failed: no metric), ``invalid`` (its settings
-# are a usage error; started again by the next invocation, which may have fixed them).
-RUNNING, COMPLETED, FAILED, INVALID = "running", "completed", "failed", "invalid"
+# checkpoint), ``completed``, ``stopped early`` (by the early-stopping rule: its metric is the
+# last it reached), ``failed`` (its run failed: no metric), ``invalid`` (its settings are a
+# usage error; started again by the next invocation, which may have fixed them).
+RUNNING, COMPLETED, STOPPED_EARLY = "running", "completed", "stopped early"
+FAILED, INVALID = "failed", "invalid"
 IDENTITY = ("experiment", "set_items", "search", "algorithm", "seed")
 
 

@@ -15,29 +15,37 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_ACCELERATORS = {"gpu": "GPU", "cuda": "GPU", "rocm": "GPU", "tpu": "TPU"}
 
 
 class TrialRunner:
     """Runs trials, up to ``slots`` at once.
 
-    ``start`` begins one trial (its ``pax train`` arguments, its job directory, and the file
-    for what it prints); ``wait`` returns the trials that ended within ``timeout`` seconds with
-    their exit status (0 trained, 2 a usage error, 130/143 stopped on request after saving, any
-    other a failure); ``stop`` asks every running trial to stop as Ctrl-C asks ``pax train``
-    (it saves its checkpoint) and waits for them to end.
+    ``start`` begins one trial (its ``pax train`` arguments, its job directory, the file for
+    what it prints, and the resources it needs, as ``trial_resources`` counts them); ``wait``
+    returns the trials that ended within ``timeout`` seconds with their exit status (0 trained,
+    2 a usage error, 130/143 stopped on request after saving, and so resumable, any other a
+    failure); ``cancel`` asks one trial to stop as Ctrl-C asks ``pax train`` (it saves its
+    checkpoint; ``wait`` reports its end); ``stop`` asks every running trial and waits for them
+    to end.
     """
 
     slots: int = 1
 
-    def start(self, trial: str, args: list[str], job_dir: Path, log: Path) -> None:
+    def start(self, trial: str, args: list[str], job_dir: Path, log: Path,
+              resources: dict[str, float]) -> None:
         raise NotImplementedError
 
     def wait(self, timeout: float) -> list[tuple[str, int]]:
+        raise NotImplementedError
+
+    def cancel(self, trial: str) -> None:
         raise NotImplementedError
 
     def stop(self) -> None:
@@ -53,7 +61,6 @@ class LocalRunner(TrialRunner):
         from pax_core.run.runtime import platform_name, preparing
 
         self.slots = parallel
-        self._platform = platform
         backends = {e.name: e.build() for e in host.components("backends")}
         self._backends = list(preparing(backends, platform_name(platform)).values())
         self._running: dict[str, tuple[int, subprocess.Popen]] = {}
@@ -65,14 +72,15 @@ class LocalRunner(TrialRunner):
                 env.update(backend.share(slot, self.slots))
         return env
 
-    def start(self, trial: str, args: list[str], job_dir: Path, log: Path) -> None:
+    def start(self, trial: str, args: list[str], job_dir: Path, log: Path,
+              resources: dict[str, float]) -> None:
+        del resources  # this machine's devices are split evenly (``Backend.share``)
         busy = {slot for slot, _ in self._running.values()}
         slot = min(set(range(self.slots)) - busy)
         pax = str(Path(sys.executable).with_name("pax"))
-        platform = ["--platform", self._platform] if self._platform else []
         with open(log, "ab") as out:
             process = subprocess.Popen(
-                [pax, "train", *args, *platform, "--job-dir", str(job_dir)],
+                [pax, "train", *args, "--job-dir", str(job_dir)],
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._environment(slot), start_new_session=True,
                 preexec_fn=_stop_with_parent)
@@ -89,12 +97,27 @@ class LocalRunner(TrialRunner):
                 return ended
             time.sleep(0.1)
 
+    def cancel(self, trial: str) -> None:
+        process = self._running[trial][1]
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+
     def stop(self) -> None:
-        for _, process in self._running.values():
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+        for trial in self._running:
+            self.cancel(trial)
         for _, process in self._running.values():
             process.wait()
+
+
+def trial_resources(experiment: Any, platform: str | None) -> dict[str, float]:
+    """What one trial needs, in Ray's resource names: a CPU, and on an accelerator platform
+    (``--platform`` or ``JAX_PLATFORMS``) as many GPUs or TPU chips as the experiment's mesh
+    has devices (one for an experiment that declares no mesh)."""
+    from pax_core.run.runtime import platform_name
+
+    kind = _ACCELERATORS.get(platform_name(platform) or "")
+    devices = float(experiment.mesh_size() or 1)
+    return {"CPU": 1.0, **({kind: devices} if kind else {})}
 
 
 def _stop_with_parent() -> None:

@@ -22,6 +22,8 @@ import pyglove as pg
 from pax_core.errors import UsageError
 
 GOALS = ("minimize", "maximize")
+# An early-stopping gate judges a trial only once this many trials have reached its step.
+MIN_REPORTED = 3
 
 _FORMS = "oneof([A, B, ...]), floatv(LOW, HIGH[, log]), intv(LOW, HIGH) or manyof(K, [A, B, ...])"
 
@@ -34,13 +36,17 @@ class SearchSpace:
     hyper-value (``pg.oneof``, ``pg.floatv``, ``pg.manyof``) or to a fixed value. ``metric`` is
     ``KIND NAME`` (or ``KIND/NAME``) as the job's metrics name it: ``eval/heldout log_pplx``,
     ``train loss``; the trial's value is its last one. ``goal`` is ``minimize`` or
-    ``maximize``; ``max_trials`` is the budget when the command gives none.
+    ``maximize``; ``max_trials`` is the budget when the command gives none. ``early_stop``
+    holds ``(STEP, FRACTION)`` gates: a trial whose metric at STEP is not among the best
+    FRACTION of the trials that reached STEP before it is stopped there (once
+    ``MIN_REPORTED`` have).
     """
 
     values: Mapping[str, Any]
     metric: str = ""
     goal: str = "minimize"
     max_trials: int | None = None
+    early_stop: tuple[tuple[int, float], ...] = ()
 
     def hyper(self) -> pg.Dict:
         """The space as one PyGlove value, keys in a stable order."""
@@ -154,12 +160,31 @@ def parse_search(items: list[str], files: list[str] = ()) -> dict[str, Any]:
     return out
 
 
+def parse_early_stop(items: list[str]) -> tuple[tuple[int, float], ...]:
+    """``--early-stop STEP:FRACTION`` items as gates, by step."""
+    gates = []
+    for item in items:
+        step, sep, fraction = item.partition(":")
+        try:
+            gate = (int(step), float(fraction))
+        except ValueError:
+            gate = None
+        if not sep or gate is None or gate[0] < 1 or not 0 < gate[1] < 1:
+            raise UsageError(f"--early-stop {item}: expected STEP:FRACTION, a step above 0 "
+                             f"and a fraction between 0 and 1, such as 200:0.5 (stop at step "
+                             f"200 a trial outside the best half there)")
+        gates.append(gate)
+    return tuple(sorted(gates))
+
+
 def combine(declared: SearchSpace | None, values: Mapping[str, Any], metric: str | None,
-            goal: str | None) -> SearchSpace:
-    """The experiment's space with the command line's keys, metric and goal over it."""
+            goal: str | None, early_stop: tuple[tuple[int, float], ...] = ()) -> SearchSpace:
+    """The experiment's space with the command line's keys, metric, goal and early-stopping
+    gates over it."""
     base = declared or SearchSpace(values={})
     space = SearchSpace(values={**base.values, **values}, metric=metric or base.metric,
-                        goal=goal or base.goal, max_trials=base.max_trials)
+                        goal=goal or base.goal, max_trials=base.max_trials,
+                        early_stop=early_stop or tuple(base.early_stop))
     if not any(isinstance(v, pg.hyper.HyperPrimitive) for v in space.values.values()):
         raise UsageError("the search space is empty: the experiment declares no search() and "
                          "no --search gives a choice; add --search 'KEY=oneof([...])'")

@@ -1,0 +1,99 @@
+"""pax sweep --runner ray against a Ray cluster started here (ray start --head on 127.0.0.1):
+trials run as Ray actors on its node, stop and resume, and a trial the cluster cannot hold is
+refused."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from pax_core.testing import run_pax
+
+RAY = str(Path(sys.executable).with_name("ray"))
+SWEEP = ["sweep", "--exp", "MlpSynthetic", "--runner", "ray", "--metric", "eval/test loss",
+         "--search", "HIDDEN_DIMS=oneof([(32,)])"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A one-node Ray cluster with 2 CPUs; its workers see 2 fake CPU devices each."""
+    address = f"127.0.0.1:{_free_port()}"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "PAX_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
+    subprocess.run([RAY, "start", "--head", f"--port={address.split(':')[1]}",
+                    "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
+                    "--include-dashboard=false", "--disable-usage-stats"],
+                   check=True, env=env, capture_output=True, timeout=120)
+    os.environ["RAY_ADDRESS"] = address
+    try:
+        yield address
+    finally:
+        del os.environ["RAY_ADDRESS"]
+        subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
+
+
+def test_trials_run_as_ray_actors_on_the_cluster(cluster, tmp_path):
+    sweep_dir = tmp_path / "s"
+    result = run_pax(*SWEEP, "--sweep-dir", str(sweep_dir), "--algorithm", "grid", "--search",
+                     "LEARNING_RATE=oneof([1e-3, 1e-2])", "--parallel", "2", "--set",
+                     "NUM_TRAIN_STEPS=40", timeout=300)
+    assert result.returncode == 0, result.stderr
+    with open(sweep_dir / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["LEARNING_RATE"], r["status"]) for r in rows] == [
+        ("0.01", "completed"), ("0.001", "completed")]
+    for trial in ("000", "001"):
+        log = (sweep_dir / "trials" / trial / "output.log").read_text()
+        assert log.startswith("pax-ray: trial on "), log
+        start = json.loads((sweep_dir / "trials" / trial / "metrics.jsonl").read_text()
+                           .splitlines()[0])
+        assert start["num_devices"] == 2  # the cluster's environment, not the sweep's
+
+
+def test_a_stopped_ray_sweep_resumes_its_trial(cluster, tmp_path):
+    sweep_dir = tmp_path / "s"
+    command = [str(Path(sys.executable).with_name("pax")), *SWEEP, "--sweep-dir",
+               str(sweep_dir), "--search", "LEARNING_RATE=oneof([0.01])", "--set",
+               "NUM_TRAIN_STEPS=1000", "--set", "task.train.save_interval_steps=100", "--set",
+               "task.train.eval_interval_steps=1000"]
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, start_new_session=True)
+    trial = sweep_dir / "trials" / "000"
+    deadline = time.monotonic() + 240
+    while not any(p.name.isdigit() for p in (trial / "checkpoints").glob("*")):
+        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
+        time.sleep(0.2)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=120)
+    assert first.returncode == 130, err
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    starts = [json.loads(line)["step"] for line in
+              (trial / "metrics.jsonl").read_text().splitlines()
+              if json.loads(line)["kind"] == "start"]
+    assert starts[0] == 0 and starts[1] >= 100
+
+
+def test_a_trial_the_cluster_cannot_hold_is_refused(cluster, tmp_path):
+    result = run_pax(*SWEEP, "--sweep-dir", str(tmp_path / "s"), "--search",
+                     "LEARNING_RATE=oneof([0.01])", "--set", "ICI_MESH_SHAPE=[1,4,1]",
+                     "--platform", "gpu", timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "a trial needs GPU 4 and the Ray cluster has GPU 0 in all" in result.stderr

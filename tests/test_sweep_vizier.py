@@ -1,0 +1,56 @@
+"""pax sweep --algorithm vizier: OSS Vizier's GP bandit behind PyGlove's interface (run by
+nox -s vizier, which installs pax-core[vizier]; skipped where Vizier is not installed)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+
+import pyglove as pg
+import pytest
+
+from pax_core.errors import UsageError
+from pax_core.sweep import algorithms, space
+from pax_core.testing import run_pax
+
+SPACE = space.SearchSpace(values=space.parse_search(
+    ["LR=floatv(1e-4, 1e-1, log)", "H=oneof([(8,), (32,)])"])).hyper()
+
+
+def test_without_vizier_the_algorithm_says_how_to_install_it(monkeypatch):
+    monkeypatch.setitem(sys.modules, "vizier", None)
+    with pytest.raises(UsageError, match=r"pip install 'pax-core\[vizier\]'"):
+        algorithms.make("vizier", pg.dna_spec(SPACE), 0, 4)
+
+
+def _closeness(dna: pg.DNA) -> float:
+    """The reward of a made-up objective: best at LR = 1e-2."""
+    return -abs(math.log10(pg.materialize(SPACE, dna).LR) + 2)
+
+
+def test_the_designer_learns_from_feedback_and_recovers():
+    pytest.importorskip("vizier")
+    designer = algorithms.make("vizier", pg.dna_spec(SPACE), 0, 6)
+    history = []
+    for _ in range(5):
+        dna = designer.propose()
+        history.append((pg.DNA.from_json(dna.to_json()), _closeness(dna)))
+        designer.feedback(dna, history[-1][1])
+    assert max(r for _, r in history[1:]) > -0.3  # within a factor 2 of 1e-2
+    again = algorithms.make("vizier", pg.dna_spec(SPACE), 0, 6)
+    again.recover(history)
+    assert again.num_proposals == 5 and again.num_feedbacks == 5
+    assert _closeness(again.propose()) > -1.5
+
+
+def test_a_vizier_sweep_trains_its_trials(tmp_path):
+    pytest.importorskip("vizier")
+    sweep_dir = tmp_path / "s"
+    result = run_pax("sweep", "--exp", "MlpSynthetic", "--sweep-dir", str(sweep_dir),
+                     "--algorithm", "vizier", "--trials", "3", "--set", "NUM_TRAIN_STEPS=40",
+                     timeout=600)
+    assert result.returncode == 0, result.stderr
+    with open(sweep_dir / "results.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 3 and {r["status"] for r in rows} == {"completed"}
