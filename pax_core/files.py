@@ -131,6 +131,19 @@ def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
         os.close(fd)  # closing releases the lock
 
 
+def is_held(path: Path) -> bool:
+    """Whether another process holds the lock on ``path`` (``held``)."""
+    if not path.exists():
+        return False
+    with open(path, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
 def read_text(path: Any) -> str:
     """A text file's content, undecodable bytes replaced (a damaged file is still read)."""
     return path.read_bytes().decode("utf-8", errors="replace")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import fcntl
 import json
+import math
 import os
 import re
 import signal
@@ -19,8 +20,15 @@ import pytest
 
 from pax_core.backends.cpu import CpuBackend
 from pax_core.errors import UsageError
-from pax_core.sweep import space
-from pax_core.sweep.record import SweepDir
+from pax_core.sweep import algorithms, results, space
+from pax_core.sweep.record import (
+    COMPLETED,
+    FAILED,
+    RUNNING,
+    STOPPED_EARLY,
+    SweepDir,
+    Trial,
+)
 from pax_core.testing import run_pax
 
 MLP = ["--exp", "MlpSynthetic", "--metric", "eval/test loss"]
@@ -48,7 +56,7 @@ def _results(sweep_dir: Path) -> list[dict[str, str]]:
     ("floatv(1e-4, 0.1, log)", pg.floatv(1e-4, 0.1, scale="log")),
     ("floatv(0.0, 1.0)", pg.floatv(0.0, 1.0)),
     ("intv(2, 4)", pg.oneof([2, 3, 4])),
-    ("manyof(2, ['a', 'b', 'c'])", pg.manyof(2, ["a", "b", "c"])),
+    ("manyof(2, ['a', 'b', 'c'])", pg.manyof(2, ["a", "b", "c"], sorted=True)),
     ("(64, 64)", (64, 64)),
 ])
 def test_search_expressions_are_pyglove_hyper_values(text, expected):
@@ -94,6 +102,53 @@ def test_trials_side_by_side_share_the_cpu_devices(monkeypatch):
     assert CpuBackend().share(1, 2) == {
         "XLA_FLAGS": "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=4"}
     assert CpuBackend().share(0, 16)["XLA_FLAGS"].endswith("device_count=1")
+
+
+@pytest.mark.parametrize("name", ["grid", "random", "evolution"])
+def test_each_algorithm_takes_feedback_on_recorded_choices(name):
+    """The sweep feeds back the DNA it recorded as JSON, as a resumed sweep would; evolution
+    mutates what it is given, past its first population."""
+    hyper = space.SearchSpace(values=space.parse_search(
+        ["LR=oneof([0.1, 0.01, 0.001, 0.0001])", "H=oneof([(8,), (16,), (32,)])"])).hyper()
+    spec = pg.dna_spec(hyper)
+    algorithm = algorithms.make(name, spec, seed=1, trials=12)
+    for _ in range(12):
+        recorded = algorithm.propose().to_json()
+        chosen = pg.materialize(hyper, algorithms.dna_of(recorded, spec))
+        algorithm.feedback(algorithms.dna_of(recorded, spec), -abs(chosen.LR - 0.01))
+
+
+def _trial_record(sweep_dir: Path, trial: Trial, curve: list[tuple[int, float]]) -> None:
+    SweepDir(sweep_dir).save(trial)
+    lines = [{"step": 0, "kind": "start"}] + [
+        {"step": step, "kind": "eval/test", "loss": value} for step, value in curve] + [
+        {"step": step, "kind": "train", "loss": value + 0.1} for step, value in curve]
+    job = sweep_dir / "trials" / trial.name
+    (job / "metrics.jsonl").write_text("".join(json.dumps(e) + "\n" for e in lines))
+
+
+def test_results_show_every_kind_of_trial(tmp_path):
+    """Completed, stopped early, diverged (NaN), failed and running trials, list and dict
+    values: ranked, written to CSV and drawn."""
+    SweepDir(tmp_path).write_definition({
+        "experiment": "core/MlpSynthetic", "set_items": [], "algorithm": "random", "seed": 0,
+        "search": {"TAGS": "manyof(2, ['a', 'b', 'c'])", "OPT": "oneof([{'b1': 0.9}])"},
+        "metric": "eval/test loss", "goal": "minimize", "trials": 5, "early_stop": []})
+    sets = ["OPT={'b1': 0.9}", "TAGS=['a', 'b']"]
+    cases = [(COMPLETED, [(10, 1.0), (20, 0.5)]), (STOPPED_EARLY, [(10, 0.9)]),
+             (COMPLETED, [(10, 0.8), (20, math.nan)]), (FAILED, []), (RUNNING, [(10, 2.0)]),
+             (COMPLETED, [(10, 0.7), (20, 0.3)])]
+    for number, (status, curve) in enumerate(cases):
+        _trial_record(tmp_path, Trial(id=number, dna=None, overrides=sets, status=status),
+                      curve)
+    table = results.show(SweepDir(tmp_path))
+    assert [(row[0], row[-1]) for row in table] == [
+        ("005", "completed"), ("000", "completed"), ("001", "stopped early"),
+        ("002", "completed"), ("003", "failed"), ("004", "running")]
+    assert table[0][1:3] == [{"b1": 0.9}, ["a", "b"]]
+    rows = _results(tmp_path)
+    assert rows[0]["eval/test loss"] == "0.3" and rows[3]["eval/test loss"] == "nan"
+    assert (tmp_path / "results.png").stat().st_size > 10_000
 
 
 # Real sweeps.
@@ -156,7 +211,9 @@ def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_
     if signum == signal.SIGINT:
         assert first.returncode == 130, err
         assert "run the same command to resume" in err and "Traceback" not in err
+    deadline = time.monotonic() + 120
     while _held(second_trial / "train.lock"):  # after a kill, the trial saves and stops
+        assert time.monotonic() < deadline, "the killed sweep's trial did not stop"
         time.sleep(0.2)
     trials = _trials(sweep_dir)
     assert trials["000"]["status"] == "completed" and trials["001"]["status"] == "running"
@@ -232,12 +289,24 @@ def test_a_metric_no_trial_reports_and_another_sweep_in_the_folder(tmp_path):
     message = _refused(*args, "--search", "HIDDEN_DIMS=oneof([(4,)])", "--metric",
                        "eval/test loss")
     assert f"--sweep-dir {sweep_dir} holds another sweep (search:" in message
+    message = _refused("--exp", "TinyCounting", "--sweep-dir", str(sweep_dir), "--search",
+                       "LEARNING_RATE=oneof([0.01])", "--metric", "train loss")
+    assert ("holds another sweep (experiment: core/MlpSynthetic, not "
+            "testplugin/TinyCounting)") in message
     assert (sweep_dir / "sweep.json").read_text() == record
 
     fixed = run_pax("sweep", *args, "--metric", "eval/test loss")  # the same trial, judged
     assert fixed.returncode == 0, fixed.stderr
     assert "trial 000 started" not in fixed.stdout
     assert _trials(sweep_dir)["000"]["metric"] < 2
+
+
+def test_a_first_trial_whose_settings_are_refused_leaves_nothing(tmp_path):
+    message = _refused(*MLP, *SHORT, "--sweep-dir", str(tmp_path / "s"), *ONE, "--search",
+                       "task.model.no_such_field=oneof([1])")
+    assert "trial 000 (HIDDEN_DIMS=(32,) LEARNING_RATE=0.01 task.model.no_such_field=1)" in message
+    assert "no_such_field" in message.split("):", 1)[1]
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_folder_that_holds_something_else_is_refused(tmp_path):
@@ -255,8 +324,11 @@ def test_show_reads_the_metric_again(tmp_path):
     sweep_dir = tmp_path / "s"
     result = run_pax("sweep", *MLP, *SHORT, "--sweep-dir", str(sweep_dir), *ONE)
     assert result.returncode == 0, result.stderr
+    trial = SweepDir(sweep_dir).trials()[0]
+    measured = trial.metric
+    trial.metric = 123.0  # --show believes the trial's metrics, not this record
+    SweepDir(sweep_dir).save(trial)
     shown = run_pax("sweep", "--sweep-dir", str(sweep_dir), "--show")
     assert shown.returncode == 0, shown.stderr
     assert "LEARNING_RATE" in shown.stdout and "completed" in shown.stdout
-    trial = SweepDir(sweep_dir).trials()[0]
-    assert _results(sweep_dir)[0]["eval/test loss"] == str(trial.metric)
+    assert float(_results(sweep_dir)[0]["eval/test loss"]) == measured != 123.0

@@ -33,12 +33,14 @@ def test_the_designer_learns_from_feedback_and_recovers():
     pytest.importorskip("vizier")
     designer = algorithms.make("vizier", pg.dna_spec(SPACE), 0, 6)
     history = []
+    spec = pg.dna_spec(SPACE)
     for _ in range(5):
-        dna = designer.propose()
-        history.append((pg.DNA.from_json(dna.to_json()), _closeness(dna)))
-        designer.feedback(dna, history[-1][1])
+        recorded = designer.propose().to_json()  # as the sweep records and feeds it back
+        dna = algorithms.dna_of(recorded, spec)
+        history.append((dna, _closeness(dna)))
+        designer.feedback(algorithms.dna_of(recorded, spec), history[-1][1])
     assert max(r for _, r in history[1:]) > -0.3  # within a factor 2 of 1e-2
-    again = algorithms.make("vizier", pg.dna_spec(SPACE), 0, 6)
+    again = algorithms.make("vizier", spec, 0, 6)
     again.recover(history)
     assert again.num_proposals == 5 and again.num_feedbacks == 5
     assert _closeness(again.propose()) > -1.5

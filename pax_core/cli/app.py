@@ -370,10 +370,11 @@ def build_app(host: PluginHost) -> typer.Typer:
     app.command("eval")(eval_command)
     app.command("export")(export_command)
     app.command("plan")(plan_command)
-    # Everything after the first word of COMMAND is the command's own, options included.
     app.command("sweep")(sweep_command)
+    # Everything after the first word of COMMAND is the command's own, options included.
     app.command("launch", context_settings={"allow_interspersed_args": False})(launch_command)
-    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "plan", "launch"}
+    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "plan", "sweep",
+               "launch"}
     commands = host.components("commands")
     conflicts = commands.conflicts()
     for entry in commands:

@@ -16,7 +16,7 @@ DEFAULT_TRIALS = 16
 
 def budget(name: str, spec: pg.DNASpec, trials: int | None, declared: int | None) -> int:
     """How many trials: ``--trials``, else the space's ``max_trials``, else the whole grid
-    (grid search) or ``DEFAULT_TRIALS``."""
+    (grid search) or ``DEFAULT_TRIALS``; never more than a finite space's size."""
     if name not in NAMES:
         raise UsageError(f"--algorithm {name}: use one of {', '.join(NAMES)}")
     size = spec.space_size  # -1 where a value is continuous
@@ -26,10 +26,20 @@ def budget(name: str, spec: pg.DNASpec, trials: int | None, declared: int | None
         raise UsageError(f"grid search needs a finite space, but {', '.join(continuous)} "
                          f"ranges over floats: give it oneof([...]) values, or use "
                          f"--algorithm random")
-    chosen = trials or declared or (size if name == "grid" else DEFAULT_TRIALS)
+    chosen = trials if trials is not None else declared
+    if chosen is None:
+        chosen = size if name == "grid" else DEFAULT_TRIALS
     if chosen < 1:
-        raise UsageError(f"--trials {chosen}: a sweep needs at least one trial")
-    return min(chosen, size) if name == "grid" else chosen
+        raise UsageError(f"a sweep needs at least one trial, and its budget is {chosen} (the "
+                         f"search space's max_trials, or --trials)")
+    # A finite space has no more distinct choices to try than its size.
+    return min(chosen, size) if size > 0 else chosen
+
+
+def dna_of(recorded: Any, spec: pg.DNASpec) -> pg.DNA:
+    """A recorded trial's DNA (its JSON), bound to the sweep's spec as PyGlove's algorithms
+    need (evolution mutates it)."""
+    return pg.DNA.from_json(recorded).use_spec(spec)
 
 
 def make(name: str, spec: pg.DNASpec, seed: int, trials: int) -> Any:

@@ -79,7 +79,7 @@ class SweepDir:
     def check_same_sweep(self, definition: dict[str, Any]) -> None:
         """Refuse a directory that holds a different sweep, naming the first difference."""
         if self.path.exists() and not (self.path / "sweep.json").exists() and any(
-                self.path.iterdir()):
+                p.name != "sweep.lock" for p in self.path.iterdir()):
             raise UsageError(f"--sweep-dir {self.path} is not empty and holds no sweep; use an "
                              f"empty or new folder (nothing was changed)")
         recorded = self.definition()
@@ -99,13 +99,13 @@ class SweepDir:
     def trials(self) -> list[Trial]:
         """Every recorded trial, by number."""
         out = []
-        for path in sorted(self.trials_dir.glob("*/trial.json")):
+        for path in self.trials_dir.glob("*/trial.json"):
             try:
                 out.append(Trial(**json.loads(path.read_text(encoding="utf-8"))))
             except (OSError, json.JSONDecodeError, TypeError) as e:
-                raise UsageError(f"{path} does not read ({e}): repair it, or remove that "
-                                 f"trial's folder to run it again") from None
-        return out
+                raise UsageError(f"{path} does not read ({e}); it is the JSON pax sweep wrote "
+                                 f"for that trial: repair it, then run again") from None
+        return sorted(out, key=lambda t: t.id)
 
     def save(self, trial: Trial) -> None:
         folder = self.job_dir(trial)

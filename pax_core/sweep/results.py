@@ -14,7 +14,7 @@ from typing import Any
 from pax_core.errors import UsageError
 from pax_core.files import write_atomic
 from pax_core.sweep import metrics, space
-from pax_core.sweep.record import COMPLETED, SweepDir, Trial
+from pax_core.sweep.record import COMPLETED, STOPPED_EARLY, SweepDir, Trial
 
 BEST_CURVES = 3
 
@@ -29,10 +29,18 @@ def chosen_values(trial: Trial) -> dict[str, Any]:
 
 
 def ranked(trials: list[Trial], goal: str) -> list[Trial]:
-    """Trials with a metric first, best first; the others after, by number."""
-    scored = [t for t in trials if t.metric is not None and math.isfinite(t.metric)]
-    scored.sort(key=lambda t: t.metric if goal == "minimize" else -t.metric)
-    return scored + [t for t in trials if t not in scored]
+    """Completed trials best first, then those stopped early (their metric is partial), best
+    first; then the others (running, failed, left out, or with no finite metric), by number."""
+    def best_first(status: str) -> list[Trial]:
+        scored = [t for t in trials if t.status == status and _finite(t.metric)]
+        return sorted(scored, key=lambda t: t.metric if goal == "minimize" else -t.metric)
+
+    first = best_first(COMPLETED) + best_first(STOPPED_EARLY)
+    return first + [t for t in trials if t not in first]
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def rows(sweep_dir: SweepDir) -> tuple[dict[str, Any], list[str], list[list[Any]], list[Trial]]:
@@ -45,7 +53,7 @@ def rows(sweep_dir: SweepDir) -> tuple[dict[str, Any], list[str], list[list[Any]
     metric, goal = definition["metric"], definition["goal"]
     trials = sweep_dir.trials()
     for trial in trials:
-        if trial.status == COMPLETED:
+        if trial.status in (COMPLETED, STOPPED_EARLY):
             trial.metric, trial.steps = metrics.final(sweep_dir.job_dir(trial), metric)
     keys = sorted(definition["search"])
     header = ["trial", *keys, metric, "steps", "wall_sec", "status"]
@@ -76,7 +84,7 @@ def plot(path: Path, sweep_dir: SweepDir, definition: dict[str, Any],
     import matplotlib.pyplot as plt
 
     metric, keys = definition["metric"], sorted(definition["search"])
-    done = [t for t in trials if t.metric is not None and math.isfinite(t.metric)]
+    done = [t for t in trials if t.status == COMPLETED and _finite(t.metric)]
     panels = len(keys) + 1
     columns = min(panels, 3)
     lines = math.ceil(panels / columns)
@@ -105,14 +113,15 @@ def plot(path: Path, sweep_dir: SweepDir, definition: dict[str, Any],
                     label=f"{trial.name}: {' '.join(trial.overrides)}"[:60])
     curves.set_xlabel("step")
     curves.set_ylabel(shown)
-    curves.set_title(f"best {min(BEST_CURVES, len(done))} trials")
+    curves.set_title(f"best {min(BEST_CURVES, len(done))} trials" if done else
+                     "no trial has completed")
     curves.grid(alpha=0.3)
     if done:
         curves.legend(fontsize=7)
     for ax in flat[panels:]:
         ax.set_visible(False)
     fig.suptitle(f"{definition['experiment']}: {definition['algorithm']} search, "
-                 f"{len(done)} of {len(trials)} trials with a metric ({definition['goal']})")
+                 f"{len(done)} of {len(trials)} trials completed ({definition['goal']})")
     fig.tight_layout()
     tmp = path.with_name(path.name + ".tmp.png")
     fig.savefig(tmp, dpi=100)

@@ -21,6 +21,9 @@ from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+# How long a stopped trial may take to save its checkpoint before it is killed.
+STOP_GRACE_S = 600
 _ACCELERATORS = {"gpu": "GPU", "cuda": "GPU", "rocm": "GPU", "tpu": "TPU"}
 
 
@@ -77,10 +80,9 @@ class LocalRunner(TrialRunner):
         del resources  # this machine's devices are split evenly (``Backend.share``)
         busy = {slot for slot, _ in self._running.values()}
         slot = min(set(range(self.slots)) - busy)
-        pax = str(Path(sys.executable).with_name("pax"))
         with open(log, "ab") as out:
             process = subprocess.Popen(
-                [pax, "train", *args, "--job-dir", str(job_dir)],
+                train_command(args, job_dir),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 env=self._environment(slot), start_new_session=True,
                 preexec_fn=_stop_with_parent)
@@ -89,7 +91,7 @@ class LocalRunner(TrialRunner):
     def wait(self, timeout: float) -> list[tuple[str, int]]:
         deadline = time.monotonic() + timeout
         while True:
-            ended = [(t, p.returncode) for t, (_, p) in self._running.items()
+            ended = [(t, exit_status(p.returncode)) for t, (_, p) in self._running.items()
                      if p.poll() is not None]
             if ended or time.monotonic() >= deadline:
                 for trial, _ in ended:
@@ -105,8 +107,14 @@ class LocalRunner(TrialRunner):
     def stop(self) -> None:
         for trial in self._running:
             self.cancel(trial)
+        deadline = time.monotonic() + STOP_GRACE_S
         for _, process in self._running.values():
-            process.wait()
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        self._running.clear()
 
 
 def trial_resources(experiment: Any, platform: str | None) -> dict[str, float]:
@@ -120,12 +128,26 @@ def trial_resources(experiment: Any, platform: str | None) -> dict[str, float]:
     return {"CPU": 1.0, **({kind: devices} if kind else {})}
 
 
+def train_command(args: list[str], job_dir: Path) -> list[str]:
+    """A trial's command line: ``pax train`` of this Python's Pax (a cluster node's own Python
+    where a runner runs it there)."""
+    return [sys.executable, "-m", "pax_core.cli.main", "train", *args, "--job-dir", str(job_dir)]
+
+
+def exit_status(code: int) -> int:
+    """A process's exit status as a shell gives it: 128 + N for one killed by signal N (a trial
+    killed by SIGTERM before ``pax train`` took the signal over is stopped, not failed)."""
+    return 128 - code if code < 0 else code
+
+
 def _stop_with_parent() -> None:
     """In the trial, before it runs: ask Linux to send it SIGTERM when the sweep dies, so a
     sweep killed outright (kill -9) leaves no trial training alone; each saves its checkpoint
-    and stops, and the next invocation resumes it. Elsewhere a trial outlives its sweep."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    and stops, and the next invocation resumes it. Elsewhere a trial outlives its sweep.
+    ``prctl`` was looked up before the fork: a forked child of a threaded process may not
+    load libraries."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def runner(host: PluginHost, name: str, parallel: int, platform: str | None) -> TrialRunner:

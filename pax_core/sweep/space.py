@@ -91,7 +91,7 @@ def _parse_value(key: str, text: str) -> Any:
     if not isinstance(node, ast.Call):
         try:
             return ast.literal_eval(node)
-        except ValueError:
+        except (ValueError, TypeError, SyntaxError):
             raise UsageError(f"{where}: write {_FORMS}, or a fixed Python literal") from None
     name = node.func.id if isinstance(node.func, ast.Name) else ""
     args = [_argument(where, a) for a in node.args]
@@ -119,7 +119,7 @@ def _parse_value(key: str, text: str) -> Any:
             if not (isinstance(count, int) and 0 < count <= len(candidates)):
                 raise UsageError(f"{where}: manyof needs a count from 1 to the number of "
                                  f"candidates")
-            return pg.manyof(count, candidates)
+            return pg.manyof(count, candidates, sorted=True)  # a set: one order
     except (TypeError, ValueError) as e:
         raise UsageError(f"{where}: {e}") from None
     raise UsageError(f"{where}: write {_FORMS}")
@@ -130,7 +130,7 @@ def _argument(where: str, node: ast.expr) -> Any:
         return node.id
     try:
         return ast.literal_eval(node)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError):
         raise UsageError(f"{where}: {ast.unparse(node)!r} is not a Python literal") from None
 
 
@@ -141,15 +141,16 @@ def _candidates(where: str, value: Any) -> list[Any]:
 
 
 def parse_search(items: list[str], files: list[str] = ()) -> dict[str, Any]:
-    """``KEY=EXPR`` items from the command line and from files (one per line, ``#`` comments),
-    as key → hyper-value; a later item replaces an earlier one of the same key."""
+    """``KEY=EXPR`` items from the command line and from files (one per line; blank lines and
+    lines that start with ``#`` are skipped), as key → hyper-value; a later item replaces an
+    earlier one of the same key."""
     lines = []
     for file in files:
         try:
             text = Path(file).read_text()
         except OSError as e:
             raise UsageError(f"--search-file {file}: {e.strerror or e}") from None
-        lines += [ln.split("#", 1)[0].strip() for ln in text.splitlines()]
+        lines += [ln.strip() for ln in text.splitlines() if not ln.strip().startswith("#")]
     out: dict[str, Any] = {}
     for item in [ln for ln in lines if ln] + list(items):
         key, sep, text = item.partition("=")
@@ -215,5 +216,10 @@ def overrides(chosen: Mapping[str, Any]) -> list[str]:
 
 
 def _plain(value: Any) -> Any:
-    """PyGlove's symbolic list (what ``manyof`` gives) as a Python list."""
-    return [_plain(v) for v in value] if isinstance(value, pg.List) else value
+    """PyGlove's symbolic lists and dicts (what ``manyof`` and ``oneof`` of dicts give) as
+    Python's, so that they read back as literals."""
+    if isinstance(value, pg.List):
+        return [_plain(v) for v in value]
+    if isinstance(value, pg.Dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

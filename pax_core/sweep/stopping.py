@@ -8,6 +8,7 @@ rule judges the trial's own curve, not its choice.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pyglove as pg
@@ -30,11 +31,18 @@ class EarlyStopping:
         self._seen: dict[int, int] = {}  # trial id -> size of its metrics when last read
 
     def _measured(self, trial: Trial, job_dir: Path, status: str) -> pg.tuning.Trial:
-        sign = -1.0 if self._goal == "minimize" else 1.0  # PyGlove's rewards grow
         return pg.tuning.Trial(
             id=trial.id, dna=pg.DNA.from_json(trial.dna), status=status, created_time=0,
-            measurements=[pg.tuning.Measurement(step=step, reward=sign * value, elapse_secs=0.0)
+            measurements=[pg.tuning.Measurement(step=step, reward=self._reward(value),
+                                                elapse_secs=0.0)
                           for step, value in metrics.curve(job_dir, self._metric)])
+
+    def _reward(self, value: float) -> float:
+        """PyGlove's rewards grow; a diverged (non-finite) metric is the worst there is, so a
+        diverged trial is the first to go."""
+        if not math.isfinite(value):
+            return -math.inf
+        return -value if self._goal == "minimize" else value
 
     def recover(self, trials: list[tuple[Trial, Path]]) -> None:
         """Replay the curves of the trials that ended (the gates' histories)."""

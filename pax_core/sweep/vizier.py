@@ -2,13 +2,12 @@
 PyGlove DNA generator, run in the sweep's own process (no Vizier server).
 
 Vizier's PyGlove converter turns the sweep's DNA spec into a Vizier problem and Vizier's
-suggestions back into DNA; the designer is told every completed trial. Installed by
+suggestions back into DNA; the designer is told every completed trial (PyGlove's ``recover``
+replays an earlier invocation's through ``_feedback``). Installed by
 ``pip install 'pax-core[vizier]'``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 import pyglove as pg
 
@@ -34,12 +33,12 @@ class VizierDesigner(pg.geno.DNAGenerator):
     """Vizier's GP bandit behind PyGlove's propose / feedback / recover."""
 
     def _setup(self) -> None:
+        self._algorithms, pyglove, gp_bandit, self._vz = _vizier()
         import jax
 
         # The designer's GP runs on JAX in the sweep's process: on its CPU, leaving every
         # accelerator to the trials.
         jax.config.update("jax_platforms", "cpu")
-        self._algorithms, pyglove, gp_bandit, self._vz = _vizier()
         self._converter = pyglove.VizierConverter.from_dna_spec(self.dna_spec)
         self._designer = gp_bandit.VizierGPBandit(self._converter.problem,
                                                   rng=jax.random.PRNGKey(self.seed))
@@ -55,17 +54,11 @@ class VizierDesigner(pg.geno.DNAGenerator):
     def _feedback(self, dna: pg.DNA, reward: float) -> None:
         trial = self._pending.pop(str(dna), None) or self._trial(dna)
         trial.complete(self._vz.Measurement({_REWARD: reward}))
+        # The trials still training, so that the designer does not propose them again.
         self._designer.update(self._algorithms.CompletedTrials([trial]),
-                              self._algorithms.ActiveTrials())
+                              self._algorithms.ActiveTrials(list(self._pending.values())))
 
     def _trial(self, dna: pg.DNA) -> object:
         """A Vizier trial of an earlier invocation's choice."""
         dna.use_spec(self.dna_spec)
         return self._converter.to_trial(dna, fallback="raise_error")
-
-    def recover(self, history: Iterable[tuple[pg.DNA, float | None]]) -> None:
-        for dna, reward in history:
-            self._num_proposals += 1
-            if reward is not None:
-                self._feedback(dna, reward)
-                self._num_feedbacks += 1

@@ -40,11 +40,15 @@ def cluster(tmp_path_factory):
                     "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
                     "--include-dashboard=false", "--disable-usage-stats"],
                    check=True, env=env, capture_output=True, timeout=120)
+    # The sweep passes its own XLA_* and JAX_* on to the trials: here it has none, so the
+    # trials see the cluster's.
+    saved = {k: os.environ.pop(k) for k in ("XLA_FLAGS", "JAX_PLATFORMS") if k in os.environ}
     os.environ["RAY_ADDRESS"] = address
     try:
         yield address
     finally:
         del os.environ["RAY_ADDRESS"]
+        os.environ.update(saved)
         subprocess.run([RAY, "stop", "--force"], capture_output=True, timeout=120)
 
 
@@ -96,4 +100,5 @@ def test_a_trial_the_cluster_cannot_hold_is_refused(cluster, tmp_path):
                      "LEARNING_RATE=oneof([0.01])", "--set", "ICI_MESH_SHAPE=[1,4,1]",
                      "--platform", "gpu", timeout=120)
     assert result.returncode == 2, result.stderr
-    assert "a trial needs GPU 4 and the Ray cluster has GPU 0 in all" in result.stderr
+    assert ("a trial needs CPU 1, GPU 4 on one node, and the Ray cluster's nodes have at most "
+            "CPU 2, GPU 0") in result.stderr

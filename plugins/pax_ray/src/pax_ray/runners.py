@@ -3,15 +3,19 @@
 The actor holds the resources the trial declares (a CPU, and the GPUs or TPU chips of its
 experiment's mesh), so Ray places it on a node that has them and queues it until one does; it
 runs the trial's ``pax train`` there as a process of its own, and stops it as Ctrl-C stops
-``pax train`` (it saves its checkpoint). The job directories must be where every node reaches
-them: a shared file system, or a ``gs://`` sweep's trials in a bucket. The sweep's ``PAX_*``,
+``pax train`` (it saves its checkpoint). The sweep directory must be on a file system every
+node mounts at the same path. The sweep's ``PAX_*``,
 ``JAX_*``, ``XLA_*``, ``LIBTPU_*`` and ``NCCL_*`` variables go with each trial. A trial whose
-node is lost counts as stopped, not failed: the sweep starts it again, and it resumes.
+node is lost counts as stopped, not failed: the sweep starts it again (a few times), and it
+resumes; a trial whose actor dies takes its ``pax train`` with it (``PR_SET_PDEATHSIG``: it saves
+and stops).
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +30,23 @@ from pax_core import TrialRunner, UsageError
 
 PASSED_ON = ("PAX_", "JAX_", "XLA_", "LIBTPU_", "NCCL_")
 _LOST = 143  # a trial whose actor or node died: resumable, as a trial stopped on request
+_FAILED = 1
+STOP_GRACE_S = 600  # how long a stopped trial may take to save before its actor is killed
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
+
+
+def _stop_with_actor() -> None:
+    """In the trial's process: SIGTERM when its actor's process dies (``prctl`` looked up
+    before the fork)."""
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+def _pax() -> str:
+    """This node's ``pax``: beside its Python, else on its PATH."""
+    beside = Path(sys.executable).with_name("pax")
+    return str(beside) if beside.exists() else (shutil.which("pax") or "pax")
 
 
 class TrialProcess:
@@ -38,7 +59,6 @@ class TrialProcess:
 
     def run(self, args: list[str], job_dir: str, log: str) -> int:
         """Train the trial on this node; returns ``pax train``'s exit status."""
-        pax = str(Path(sys.executable).with_name("pax"))
         Path(job_dir).mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
             out.write(f"pax-ray: trial on {socket.gethostname()}, Ray node "
@@ -48,9 +68,11 @@ class TrialProcess:
                 if self._stopped.is_set():
                     return _LOST
                 self._process = subprocess.Popen(
-                    [pax, "train", *args, "--job-dir", job_dir], stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        return self._process.wait()
+                    [_pax(), "train", *args, "--job-dir", job_dir], stdout=out,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                    preexec_fn=_stop_with_actor)
+        code = self._process.wait()
+        return 128 - code if code < 0 else code
 
     def stop(self) -> None:
         """Ask the trial to stop (it saves its checkpoint); ``run`` then returns."""
@@ -78,16 +100,24 @@ class RayRunner(TrialRunner):
                              f"set RAY_ADDRESS to its address") from None
         self._actor = ray.remote(TrialProcess)
         self._running: dict[str, tuple[Any, ray.ObjectRef]] = {}
+        self._checked: set[tuple[tuple[str, float], ...]] = set()
 
     def _check_fits(self, resources: dict[str, float]) -> None:
-        """Refuse a trial no node could ever hold (Ray would queue it for ever)."""
-        cluster = ray.cluster_resources()
-        short = {k: v for k, v in resources.items() if cluster.get(k, 0.0) < v}
-        if short:
-            have = ", ".join(f"{k} {cluster.get(k, 0):g}" for k in short)
-            raise UsageError(f"a trial needs {', '.join(f'{k} {v:g}' for k, v in short.items())}"
-                             f" and the Ray cluster has {have} in all; add nodes that have "
-                             f"them, or sweep an experiment with a smaller mesh")
+        """Refuse a trial that no node of the cluster could hold (Ray would queue it for
+        ever); an autoscaling cluster must have such a node up when the sweep starts."""
+        key = tuple(sorted(resources.items()))
+        if key in self._checked:
+            return
+        nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        if not any(all(node.get(k, 0.0) >= v for k, v in resources.items()) for node in nodes):
+            most = {k: max((node.get(k, 0.0) for node in nodes), default=0.0)
+                    for k in resources}
+            raise UsageError(
+                f"a trial needs {', '.join(f'{k} {v:g}' for k, v in resources.items())} on one "
+                f"node, and the Ray cluster's nodes have at most "
+                f"{', '.join(f'{k} {v:g}' for k, v in most.items())}; add such a node, or sweep "
+                f"an experiment with a smaller mesh")
+        self._checked.add(key)
 
     def start(self, trial: str, args: list[str], job_dir: Path, log: Path,
               resources: dict[str, float]) -> None:
@@ -114,11 +144,15 @@ class RayRunner(TrialRunner):
 
     @staticmethod
     def _result(ref: ray.ObjectRef) -> int:
+        """The trial's exit status; a lost actor or node is a stop (the trial resumes), any
+        other failure of Ray's a failed trial."""
         try:
             return int(ray.get(ref))
         except (ray.exceptions.RayActorError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.NodeDiedError):
+                ray.exceptions.NodeDiedError, ray.exceptions.TaskCancelledError):
             return _LOST
+        except ray.exceptions.RayError:
+            return _FAILED
 
     def cancel(self, trial: str) -> None:
         self._running[trial][0].stop.remote()
@@ -126,7 +160,8 @@ class RayRunner(TrialRunner):
     def stop(self) -> None:
         for trial in self._running:
             self.cancel(trial)
-        for actor, ref in self._running.values():
-            self._result(ref)
-            ray.kill(actor)
+        refs = [ref for _, ref in self._running.values()]
+        ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S)
+        for actor, _ in self._running.values():
+            ray.kill(actor)  # one not yet placed, or still saving past the grace
         self._running.clear()
