@@ -99,7 +99,7 @@ def plot(path: Path, sweep_dir: SweepDir, definition: dict[str, Any],
             if values and min(values) > 0 and max(values) >= 20 * min(values):
                 ax.set_xscale("log")
         else:
-            labels = sorted({repr(v) for v in values})
+            labels = _in_order(values)
             ax.scatter([labels.index(repr(v)) for v in values], [t.metric for t in done])
             ax.set_xticks(range(len(labels)), labels, rotation=20)
         ax.set_xlabel(key)
@@ -110,14 +110,15 @@ def plot(path: Path, sweep_dir: SweepDir, definition: dict[str, Any],
     for trial in done[:BEST_CURVES]:
         points = metrics.curve(sweep_dir.job_dir(trial), shown)
         curves.plot([s for s, _ in points], [v for _, v in points], marker=".",
-                    label=f"{trial.name}: {' '.join(trial.overrides)}"[:60])
+                    label=f"{trial.name}: " + " ".join(
+                        f"{k}={_cell('', v)}" for k, v in chosen_values(trial).items()))
     curves.set_xlabel("step")
     curves.set_ylabel(shown)
     curves.set_title(f"best {min(BEST_CURVES, len(done))} trials" if done else
                      "no trial has completed")
     curves.grid(alpha=0.3)
     if done:
-        curves.legend(fontsize=7)
+        curves.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.3))
     for ax in flat[panels:]:
         ax.set_visible(False)
     fig.suptitle(f"{definition['experiment']}: {definition['algorithm']} search, "
@@ -127,6 +128,15 @@ def plot(path: Path, sweep_dir: SweepDir, definition: dict[str, Any],
     fig.savefig(tmp, dpi=100)
     plt.close(fig)
     tmp.replace(path)
+
+
+def _in_order(values: list[Any]) -> list[str]:
+    """Categories as text, in their own order where they have one ((8,) before (32,)), else
+    in the text's."""
+    try:
+        return [repr(v) for v in sorted(set(values))]
+    except TypeError:  # unhashable or not comparable
+        return sorted({repr(v) for v in values})
 
 
 def _cell(column: str, value: Any) -> str:
