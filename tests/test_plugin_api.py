@@ -42,7 +42,8 @@ TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
     "cpu_mesh", "evaluate", "isolated_host", "kill_and_compare", "kill_trials", "pax_host",
     "plan", "read_metrics", "read_params", "register_plugin", "resolve", "run_pax",
-    "step_flops", "train", "train_losses", "use_cpu_devices", "use_fake_devices",
+    "step_flops", "stop_once_saved", "train", "train_losses", "use_cpu_devices",
+    "use_fake_devices",
 ]
 PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "pax_speech/src",
                   "plugins/pax_transformer/src", "plugins/pax_pipeline/src",

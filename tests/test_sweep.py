@@ -4,10 +4,8 @@ jobs, the results table and plot, resuming after a stop or a kill, and bad input
 from __future__ import annotations
 
 import csv
-import fcntl
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -20,6 +18,7 @@ import pytest
 
 from pax_core.backends.cpu import CpuBackend
 from pax_core.errors import UsageError
+from pax_core.files import is_held
 from pax_core.sweep import algorithms, results, space
 from pax_core.sweep.record import (
     COMPLETED,
@@ -29,7 +28,7 @@ from pax_core.sweep.record import (
     SweepDir,
     Trial,
 )
-from pax_core.testing import run_pax
+from pax_core.testing import read_metrics, run_pax, stop_once_saved
 
 MLP = ["--exp", "MlpSynthetic", "--metric", "eval/test loss"]
 # Short trials: 40 steps, a checkpoint at the end only.
@@ -182,15 +181,6 @@ def test_grid_and_random_search_find_the_good_learning_rates(tmp_path):
     assert float(rows[0]["eval/test loss"]) < 0.5
 
 
-def _held(lock: Path) -> bool:
-    with open(lock, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        return False
-
-
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
 def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_path, signum):
     sweep_dir = tmp_path / "sweep"
@@ -199,20 +189,14 @@ def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_
                "LEARNING_RATE=oneof([0.003, 0.01])", "--search", "HIDDEN_DIMS=oneof([(32,)])",
                "--set", "NUM_TRAIN_STEPS=1000", "--set", "task.train.save_interval_steps=100",
                "--set", "task.train.eval_interval_steps=1000"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
     second_trial = sweep_dir / "trials" / "001"
-    deadline = time.monotonic() + 240
-    while not any(p.name.isdigit() for p in (second_trial / "checkpoints").glob("*")):
-        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
-        time.sleep(0.2)
-    os.kill(first.pid, signum)
-    _, err = first.communicate(timeout=120)
+    first = stop_once_saved(command, second_trial, signum)
     if signum == signal.SIGINT:
-        assert first.returncode == 130, err
-        assert "run the same command to resume" in err and "Traceback" not in err
+        assert first.returncode == 130, first.stderr
+        assert "run the same command to resume" in first.stderr
+        assert "Traceback" not in first.stderr
     deadline = time.monotonic() + 120
-    while _held(second_trial / "train.lock"):  # after a kill, the trial saves and stops
+    while is_held(second_trial / "train.lock"):  # after a kill, the trial saves and stops
         assert time.monotonic() < deadline, "the killed sweep's trial did not stop"
         time.sleep(0.2)
     trials = _trials(sweep_dir)
@@ -223,9 +207,7 @@ def test_a_stopped_or_killed_sweep_resumes_without_running_a_finished_trial(tmp_
     assert again.returncode == 0, again.stderr
     assert "trial 000 started" not in again.stdout and "trial 001 started" in again.stdout
     assert (sweep_dir / "trials" / "000" / "metrics.jsonl").read_text() == finished
-    starts = [json.loads(line)["step"] for line in
-              (second_trial / "metrics.jsonl").read_text().splitlines()
-              if json.loads(line)["kind"] == "start"]
+    starts = [r["step"] for r in read_metrics(second_trial) if r["kind"] == "start"]
     assert starts[0] == 0 and starts[1] >= 100  # resumed from its checkpoint
     assert {t["status"] for t in _trials(sweep_dir).values()} == {"completed"}
 
@@ -307,6 +289,12 @@ def test_a_first_trial_whose_settings_are_refused_leaves_nothing(tmp_path):
     assert "trial 000 (HIDDEN_DIMS=(32,) LEARNING_RATE=0.01 task.model.no_such_field=1)" in message
     assert "no_such_field" in message.split("):", 1)[1]
     assert not (tmp_path / "s").exists()
+
+
+def test_a_file_given_as_the_sweep_folder_is_refused(tmp_path):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert "is a file; give a folder" in _refused(*MLP, "--sweep-dir", str(tmp_path / "notes.txt"))
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_a_folder_that_holds_something_else_is_refused(tmp_path):

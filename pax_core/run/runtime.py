@@ -48,10 +48,15 @@ def platform_name(platform: str | None) -> str | None:
     return platform or (os.environ.get("JAX_PLATFORMS") or "").split(",")[0] or None
 
 
+def backend_platform(name: str | None) -> str | None:
+    """The backend's name for JAX's platform ``name`` (``cuda`` and ``rocm`` are ``gpu``)."""
+    return _PLATFORM_ALIASES.get(name, name) if name else None
+
+
 def preparing(backends: dict[str, Backend], name: str | None) -> dict[str, Backend]:
     """The backends that prepare for a run on platform ``name``: its own, or every one when
     no platform is named (which one JAX picks is known only once it has started)."""
-    chosen = _PLATFORM_ALIASES.get(name, name) if name else None
+    chosen = backend_platform(name)
     return {n: b for n, b in backends.items() if chosen in (None, n)}
 
 
@@ -84,7 +89,7 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     except RuntimeError as e:
         raise UsageError(f"platform '{name}' is not available here: "
                          f"{str(e).splitlines()[0]}") from e
-    detected = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
+    detected = backend_platform(devices[0].platform)
     if detected in prepared:
         prepared[detected].check(devices)
         use_backend(prepared[detected])
@@ -94,6 +99,6 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
 
 def donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:
     """The devices' backend's choice; a platform without a registered backend donates."""
-    platform = _PLATFORM_ALIASES.get(devices[0].platform, devices[0].platform)
+    platform = backend_platform(devices[0].platform)
     backends = {e.name: e for e in host.components("backends")}
     return backends[platform].build().donates_train_state if platform in backends else True

@@ -4,6 +4,7 @@ default designer where it is installed (``vizier.py``)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import pyglove as pg
@@ -34,6 +35,14 @@ def budget(name: str, spec: pg.DNASpec, trials: int | None, declared: int | None
                          f"search space's max_trials, or --trials)")
     # A finite space has no more distinct choices to try than its size.
     return min(chosen, size) if size > 0 else chosen
+
+
+def reward(value: float | None, goal: str) -> float | None:
+    """A metric as PyGlove's reward, which it maximises (a metric to minimise is negated);
+    None for a metric that is missing or not finite."""
+    if value is None or not math.isfinite(value):
+        return None
+    return -value if goal == "minimize" else value
 
 
 def dna_of(recorded: Any, spec: pg.DNASpec) -> pg.DNA:

@@ -12,7 +12,6 @@ command resumes.
 from __future__ import annotations
 
 import dataclasses
-import math
 import shutil
 import signal
 import time
@@ -75,13 +74,6 @@ class _Active:
     started: float
     log_offset: int
     hopeless: bool = False
-
-
-def _reward(value: float | None, goal: str) -> float | None:
-    """PyGlove maximises: a metric to minimise is fed back negated."""
-    if value is None or not math.isfinite(value):
-        return None
-    return -value if goal == "minimize" else value
 
 
 def _last_pax_line(log: Path, offset: int) -> str:
@@ -162,7 +154,7 @@ class Sweep:
             # A trial stopped early is not told to the algorithm (its metric is partial).
             self.algorithm.recover(
                 (algorithms.dna_of(t.dna, self.spec),
-                 _reward(t.metric, self.space.goal) if t.status == COMPLETED else None)
+                 algorithms.reward(t.metric, self.space.goal) if t.status == COMPLETED else None)
                 for t in trials)
             if self.stopping:
                 self.stopping.recover([(t, self.dir.job_dir(t)) for t in trials])
@@ -253,9 +245,9 @@ class Sweep:
             self._stopped_early(trial)
         elif code in STOPPED:
             self.dir.save(trial)  # still running: it resumes from its checkpoint
-            restarts = self._restarts[trial.id] = self._restarts.get(trial.id, 0) + 1
             if stops:
                 return None
+            restarts = self._restarts[trial.id] = self._restarts.get(trial.id, 0) + 1
             if restarts <= RESTARTS:
                 waiting.append(trial)  # stopped from outside
                 return None
@@ -279,7 +271,7 @@ class Sweep:
                 f"metric '{self.space.metric}' is not among trial {trial.name}'s metrics "
                 f"({', '.join(reported) or 'none'}); choose one with --metric (the trials so "
                 f"far are kept)")
-        reward = _reward(trial.metric, self.space.goal)
+        reward = algorithms.reward(trial.metric, self.space.goal)
         if reward is not None:
             self.algorithm.feedback(algorithms.dna_of(trial.dna, self.spec), reward)
         print(f"trial {trial.name} completed: {self.space.metric} = {trial.metric:.6g} "

@@ -30,19 +30,26 @@ def records(job_dir: Path) -> Iterator[dict[str, Any]]:
 def curve(job_dir: Path, metric: str) -> list[tuple[int, float]]:
     """(step, value) of ``metric`` (``KIND NAME``) through a trial's run, one value per step (a
     resumed run's repeat replaces the earlier one)."""
-    kind, name = metric_parts(metric)
-    points: dict[int, float] = {}
-    for entry in records(job_dir):
-        if entry["kind"] == kind and isinstance(entry.get(name), int | float):
-            points[int(entry["step"])] = float(entry[name])
-    return sorted(points.items())
+    return _read(job_dir, metric)[0]
 
 
 def final(job_dir: Path, metric: str) -> tuple[float | None, int | None]:
     """A trial's last value of ``metric`` and its last train step."""
-    points = curve(job_dir, metric)
-    steps = [int(e["step"]) for e in records(job_dir) if e["kind"] == "train"]
-    return (points[-1][1] if points else None), (steps[-1] if steps else None)
+    points, last_step = _read(job_dir, metric)
+    return (points[-1][1] if points else None), last_step
+
+
+def _read(job_dir: Path, metric: str) -> tuple[list[tuple[int, float]], int | None]:
+    """The metric's curve and the last train step, in one pass over the file."""
+    kind, name = metric_parts(metric)
+    points: dict[int, float] = {}
+    last_step = None
+    for entry in records(job_dir):
+        if entry["kind"] == "train":
+            last_step = int(entry["step"])
+        if entry["kind"] == kind and isinstance(entry.get(name), int | float):
+            points[int(entry["step"])] = float(entry[name])
+    return sorted(points.items()), last_step
 
 
 def reported(job_dir: Path) -> list[str]:

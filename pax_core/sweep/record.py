@@ -23,8 +23,8 @@ from pax_core.files import held, write_atomic
 
 # A trial's statuses: ``running`` (started, not ended: an interrupted trial resumes from its
 # checkpoint), ``completed``, ``stopped early`` (by the early-stopping rule: its metric is the
-# last it reached), ``failed`` (its run failed: no metric), ``invalid`` (its settings are a
-# usage error; started again by the next invocation, which may have fixed them).
+# last it reached), ``failed`` (its run failed: no metric), ``invalid`` (``pax train`` refused
+# its values: left out). Only ``running`` trials are started again by the next invocation.
 RUNNING, COMPLETED, STOPPED_EARLY = "running", "completed", "stopped early"
 FAILED, INVALID = "failed", "invalid"
 IDENTITY = ("experiment", "set_items", "search", "algorithm", "seed")
@@ -78,6 +78,9 @@ class SweepDir:
 
     def check_same_sweep(self, definition: dict[str, Any]) -> None:
         """Refuse a directory that holds a different sweep, naming the first difference."""
+        if self.path.exists() and not self.path.is_dir():
+            raise UsageError(f"--sweep-dir {self.path} is a file; give a folder (nothing was "
+                             f"changed)")
         if self.path.exists() and not (self.path / "sweep.json").exists() and any(
                 p.name != "sweep.lock" for p in self.path.iterdir()):
             raise UsageError(f"--sweep-dir {self.path} is not empty and holds no sweep; use an "

@@ -57,12 +57,13 @@ def rows(sweep_dir: SweepDir) -> tuple[dict[str, Any], list[str], list[list[Any]
             trial.metric, trial.steps = metrics.final(sweep_dir.job_dir(trial), metric)
     keys = sorted(definition["search"])
     header = ["trial", *keys, metric, "steps", "wall_sec", "status"]
+    order = ranked(trials, goal)
     table = []
-    for trial in ranked(trials, goal):
+    for trial in order:
         values = chosen_values(trial)
         table.append([trial.name, *[values.get(k) for k in keys], trial.metric, trial.steps,
                       round(trial.wall_sec, 1), trial.status])
-    return definition, header, table, ranked(trials, goal)
+    return definition, header, table, order
 
 
 def write_csv(path: Path, header: list[str], table: list[list[Any]]) -> None:

@@ -22,9 +22,7 @@ from pax_core.plugins.host import PluginHost
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
-# How long a stopped trial may take to save its checkpoint before it is killed.
-STOP_GRACE_S = 600
-_ACCELERATORS = {"gpu": "GPU", "cuda": "GPU", "rocm": "GPU", "tpu": "TPU"}
+_ACCELERATORS = {"gpu": "GPU", "tpu": "TPU"}
 
 
 class TrialRunner:
@@ -40,6 +38,8 @@ class TrialRunner:
     """
 
     slots: int = 1
+    # How long ``stop`` lets a trial save its checkpoint before it is killed.
+    stop_grace_s: float = 600
 
     def start(self, trial: str, args: list[str], job_dir: Path, log: Path,
               resources: dict[str, float]) -> None:
@@ -53,6 +53,29 @@ class TrialRunner:
 
     def stop(self) -> None:
         raise NotImplementedError
+
+    @staticmethod
+    def spawn(args: list[str], job_dir: Path | str, log: Path | str,
+              env: dict[str, str] | None = None) -> subprocess.Popen:
+        """Start a trial's ``pax train`` here (on the machine the runner put it on): this
+        Python's Pax, its output appended to ``log``, in a session of its own (a terminal's
+        Ctrl-C reaches the sweep, which stops its trials as it means to), and, on Linux, told
+        to stop when the process that started it dies, so a sweep or actor killed outright
+        leaves no trial training alone (it saves its checkpoint; the next invocation resumes
+        it). ``exit_status`` reads its end."""
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "pax_core.cli.main", "train", *args, "--job-dir",
+                 str(job_dir)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True, preexec_fn=_stop_with_parent)
+
+    @staticmethod
+    def exit_status(code: int) -> int:
+        """A process's exit status as a shell gives it: 128 + N for one killed by signal N (a
+        trial killed by SIGTERM before ``pax train`` took the signal over is stopped, not
+        failed)."""
+        return 128 - code if code < 0 else code
 
 
 class LocalRunner(TrialRunner):
@@ -80,18 +103,12 @@ class LocalRunner(TrialRunner):
         del resources  # this machine's devices are split evenly (``Backend.share``)
         busy = {slot for slot, _ in self._running.values()}
         slot = min(set(range(self.slots)) - busy)
-        with open(log, "ab") as out:
-            process = subprocess.Popen(
-                train_command(args, job_dir),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=self._environment(slot), start_new_session=True,
-                preexec_fn=_stop_with_parent)
-        self._running[trial] = (slot, process)
+        self._running[trial] = (slot, self.spawn(args, job_dir, log, self._environment(slot)))
 
     def wait(self, timeout: float) -> list[tuple[str, int]]:
         deadline = time.monotonic() + timeout
         while True:
-            ended = [(t, exit_status(p.returncode)) for t, (_, p) in self._running.items()
+            ended = [(t, self.exit_status(p.returncode)) for t, (_, p) in self._running.items()
                      if p.poll() is not None]
             if ended or time.monotonic() >= deadline:
                 for trial, _ in ended:
@@ -107,7 +124,7 @@ class LocalRunner(TrialRunner):
     def stop(self) -> None:
         for trial in self._running:
             self.cancel(trial)
-        deadline = time.monotonic() + STOP_GRACE_S
+        deadline = time.monotonic() + self.stop_grace_s
         for _, process in self._running.values():
             try:
                 process.wait(max(0.0, deadline - time.monotonic()))
@@ -121,31 +138,17 @@ def trial_resources(experiment: Any, platform: str | None) -> dict[str, float]:
     """What one trial needs, in Ray's resource names: a CPU, and on an accelerator platform
     (``--platform`` or ``JAX_PLATFORMS``) as many GPUs or TPU chips as the experiment's mesh
     has devices (one for an experiment that declares no mesh)."""
-    from pax_core.run.runtime import platform_name
+    from pax_core.run.runtime import backend_platform, platform_name
 
-    kind = _ACCELERATORS.get(platform_name(platform) or "")
+    kind = _ACCELERATORS.get(backend_platform(platform_name(platform)))
     devices = float(experiment.mesh_size() or 1)
     return {"CPU": 1.0, **({kind: devices} if kind else {})}
 
 
-def train_command(args: list[str], job_dir: Path) -> list[str]:
-    """A trial's command line: ``pax train`` of this Python's Pax (a cluster node's own Python
-    where a runner runs it there)."""
-    return [sys.executable, "-m", "pax_core.cli.main", "train", *args, "--job-dir", str(job_dir)]
-
-
-def exit_status(code: int) -> int:
-    """A process's exit status as a shell gives it: 128 + N for one killed by signal N (a trial
-    killed by SIGTERM before ``pax train`` took the signal over is stopped, not failed)."""
-    return 128 - code if code < 0 else code
-
-
 def _stop_with_parent() -> None:
-    """In the trial, before it runs: ask Linux to send it SIGTERM when the sweep dies, so a
-    sweep killed outright (kill -9) leaves no trial training alone; each saves its checkpoint
-    and stops, and the next invocation resumes it. Elsewhere a trial outlives its sweep.
-    ``prctl`` was looked up before the fork: a forked child of a threaded process may not
-    load libraries."""
+    """In the trial, before it runs: SIGTERM when its parent dies (Linux; elsewhere a trial
+    outlives its sweep). ``prctl`` was looked up before the fork: a forked child of a threaded
+    process may not load libraries."""
     if _PRCTL is not None:
         _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pyglove as pg
 
-from pax_core.sweep import metrics
+from pax_core.sweep import algorithms, metrics
 from pax_core.sweep.record import COMPLETED, STOPPED_EARLY, Trial
 from pax_core.sweep.space import MIN_REPORTED
 
@@ -38,11 +38,10 @@ class EarlyStopping:
                           for step, value in metrics.curve(job_dir, self._metric)])
 
     def _reward(self, value: float) -> float:
-        """PyGlove's rewards grow; a diverged (non-finite) metric is the worst there is, so a
-        diverged trial is the first to go."""
-        if not math.isfinite(value):
-            return -math.inf
-        return -value if self._goal == "minimize" else value
+        """A diverged (non-finite) metric is the worst there is: its trial is the first to
+        go."""
+        reward = algorithms.reward(value, self._goal)
+        return -math.inf if reward is None else reward
 
     def recover(self, trials: list[tuple[Trial, Path]]) -> None:
         """Replay the curves of the trials that ended (the gates' histories)."""

@@ -15,7 +15,8 @@
 * Fault trials (``pax_core.testing.faults``): ``kill_trials(args, job_dir, trials=N)`` runs
   ``pax train`` N times, killing each with SIGKILL at a random moment, then to the end;
   ``read_params(job_dir)``, ``train_losses(job_dir)`` and ``assert_same_params`` compare the
-  result bitwise with a run left alone; ``kill_and_compare`` does all of it on 1 and 8 devices.
+  result bitwise with a run left alone; ``kill_and_compare`` does all of it on 1 and 8 devices;
+  ``stop_once_saved(command, job_dir, signum)`` signals a command once a checkpoint is saved.
 * What a command does, in the test's own process: ``resolve`` (experiment + ``--set`` items to
   a config), ``build_run`` (a resolved experiment placed on devices, nothing allocated),
   ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
@@ -48,6 +49,7 @@ from pax_core.testing.faults import (
     kill_and_compare,
     kill_trials,
     read_params,
+    stop_once_saved,
     train_losses,
 )
 
@@ -65,7 +67,8 @@ _LENT = {
 __all__ = [  # noqa: RUF022 (the lent names last)
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "cpu_mesh",
     "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "read_metrics",
-    "read_params", "register_plugin", "run_pax", "train_losses", "use_cpu_devices",
+    "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
+    "use_cpu_devices",
     "build_run", "evaluate", "plan", "resolve", "step_flops", "train", "use_fake_devices",
 ]
 

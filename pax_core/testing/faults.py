@@ -9,6 +9,7 @@ eight::
                      trials=6, steps=40)
 
 ``kill_trials``, ``train_losses``, ``read_params`` and ``assert_same_params`` are its parts.
+``stop_once_saved`` stops a command in the middle of a run, for tests of what resumes it.
 """
 
 from __future__ import annotations
@@ -137,6 +138,29 @@ def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str
     state = checkpointer.restore(path, target)
     leaves = jax.tree_util.tree_flatten_with_path(state["params"])[0]
     return {jax.tree_util.keystr(path): np.asarray(leaf) for path, leaf in leaves}
+
+
+def stop_once_saved(command: Sequence[str], job_dir: str | os.PathLike, signum: int, *,
+                    timeout: float = 240) -> subprocess.CompletedProcess:
+    """Run ``command`` (a ``pax train``, or a ``pax sweep`` with ``job_dir`` one of its trials)
+    in a session of its own and send it ``signum`` once ``job_dir`` holds a committed
+    checkpoint: the middle of a run, for tests of stopping and resuming. Returns what it
+    printed and its exit status; fails if it ends first or nothing is saved in ``timeout``
+    seconds."""
+    process = subprocess.Popen(list(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    checkpoints = Path(job_dir) / "checkpoints"
+    deadline = time.monotonic() + timeout
+    while not any(p.name.isdigit() for p in checkpoints.glob("*")):
+        if time.monotonic() > deadline or process.poll() is not None:
+            process.kill()
+            out, err = process.communicate()
+            raise AssertionError(f"{command[:2]} saved nothing in {job_dir} before it ended or "
+                                 f"{timeout} s passed:\n{out}\n{err}")
+        time.sleep(0.2)
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=timeout)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
 
 def train_losses(job_dir: str | os.PathLike) -> dict[int, float]:

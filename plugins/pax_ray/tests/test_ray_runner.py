@@ -11,12 +11,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from pax_core.testing import run_pax
+from pax_core.testing import read_metrics, run_pax, stop_once_saved
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SWEEP = ["sweep", "--exp", "MlpSynthetic", "--runner", "ray", "--metric", "eval/test loss",
@@ -76,22 +75,13 @@ def test_a_stopped_ray_sweep_resumes_its_trial(cluster, tmp_path):
                str(sweep_dir), "--search", "LEARNING_RATE=oneof([0.01])", "--set",
                "NUM_TRAIN_STEPS=1000", "--set", "task.train.save_interval_steps=100", "--set",
                "task.train.eval_interval_steps=1000"]
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, start_new_session=True)
     trial = sweep_dir / "trials" / "000"
-    deadline = time.monotonic() + 240
-    while not any(p.name.isdigit() for p in (trial / "checkpoints").glob("*")):
-        assert time.monotonic() < deadline and first.poll() is None, first.communicate()
-        time.sleep(0.2)
-    first.send_signal(signal.SIGINT)
-    _, err = first.communicate(timeout=120)
-    assert first.returncode == 130, err
+    first = stop_once_saved(command, trial, signal.SIGINT)
+    assert first.returncode == 130, first.stderr
 
     again = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr
-    starts = [json.loads(line)["step"] for line in
-              (trial / "metrics.jsonl").read_text().splitlines()
-              if json.loads(line)["kind"] == "start"]
+    starts = [r["step"] for r in read_metrics(trial) if r["kind"] == "start"]
     assert starts[0] == 0 and starts[1] >= 100
 
 

@@ -7,19 +7,16 @@ runs the trial's ``pax train`` there as a process of its own, and stops it as Ct
 node mounts at the same path. The sweep's ``PAX_*``,
 ``JAX_*``, ``XLA_*``, ``LIBTPU_*`` and ``NCCL_*`` variables go with each trial. A trial whose
 node is lost counts as stopped, not failed: the sweep starts it again (a few times), and it
-resumes; a trial whose actor dies takes its ``pax train`` with it (``PR_SET_PDEATHSIG``: it saves
-and stops).
+resumes; a trial whose actor dies takes its ``pax train`` with it (it saves and stops, as
+``TrialRunner.spawn`` sets up).
 """
 
 from __future__ import annotations
 
-import ctypes
 import os
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -31,22 +28,6 @@ from pax_core import TrialRunner, UsageError
 PASSED_ON = ("PAX_", "JAX_", "XLA_", "LIBTPU_", "NCCL_")
 _LOST = 143  # a trial whose actor or node died: resumable, as a trial stopped on request
 _FAILED = 1
-STOP_GRACE_S = 600  # how long a stopped trial may take to save before its actor is killed
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-_PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
-
-
-def _stop_with_actor() -> None:
-    """In the trial's process: SIGTERM when its actor's process dies (``prctl`` looked up
-    before the fork)."""
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, signal.SIGTERM)
-
-
-def _pax() -> str:
-    """This node's ``pax``: beside its Python, else on its PATH."""
-    beside = Path(sys.executable).with_name("pax")
-    return str(beside) if beside.exists() else (shutil.which("pax") or "pax")
 
 
 class TrialProcess:
@@ -54,8 +35,8 @@ class TrialProcess:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen | None = None
-        self._stopped = threading.Event()
-        self._lock = threading.Lock()
+        self._stopped = False
+        self._lock = threading.Lock()  # run and stop come on two threads of the actor
 
     def run(self, args: list[str], job_dir: str, log: str) -> int:
         """Train the trial on this node; returns ``pax train``'s exit status."""
@@ -64,20 +45,16 @@ class TrialProcess:
             out.write(f"pax-ray: trial on {socket.gethostname()}, Ray node "
                       f"{ray.get_runtime_context().get_node_id()}\n".encode())
             out.flush()
-            with self._lock:
-                if self._stopped.is_set():
-                    return _LOST
-                self._process = subprocess.Popen(
-                    [_pax(), "train", *args, "--job-dir", job_dir], stdout=out,
-                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
-                    preexec_fn=_stop_with_actor)
-        code = self._process.wait()
-        return 128 - code if code < 0 else code
+        with self._lock:
+            if self._stopped:
+                return _LOST
+            self._process = TrialRunner.spawn(args, job_dir, log)
+        return TrialRunner.exit_status(self._process.wait())
 
     def stop(self) -> None:
         """Ask the trial to stop (it saves its checkpoint); ``run`` then returns."""
         with self._lock:
-            self._stopped.set()
+            self._stopped = True
             if self._process is not None and self._process.poll() is None:
                 os.killpg(self._process.pid, signal.SIGTERM)
 
@@ -161,7 +138,7 @@ class RayRunner(TrialRunner):
         for trial in self._running:
             self.cancel(trial)
         refs = [ref for _, ref in self._running.values()]
-        ray.wait(refs, num_returns=len(refs), timeout=STOP_GRACE_S)
+        ray.wait(refs, num_returns=len(refs), timeout=self.stop_grace_s)
         for actor, _ in self._running.values():
             ray.kill(actor)  # one not yet placed, or still saving past the grace
         self._running.clear()
