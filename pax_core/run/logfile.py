@@ -4,7 +4,8 @@ Orbax and the other libraries built on absl log each failure of a save thread as
 a traceback, several times over; on the console that buries the one line Pax prints about it.
 For the length of a run their records (WARNING and above) are written to the job's log file
 instead. The ``pax`` command also turns a background thread that dies, or a clean-up that
-fails at exit, into one warning line (the traceback goes to the log file). For a ``gs://`` job
+fails at exit, into one warning line (the traceback goes to the log file); the coroutines
+such a failure leaves never awaited go to the log file only. For a ``gs://`` job
 the file is written locally and uploaded when the run ends (an object cannot be appended to).
 """
 
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import threading
 import traceback
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -117,6 +119,18 @@ def report_background_failures() -> None:
     tasks = logging.getLogger("asyncio")
     tasks.addHandler(_Tasks(logging.ERROR))
     tasks.propagate = False
+
+    shown = warnings.showwarning
+
+    def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+        """A coroutine never awaited is a write of a failed save that the ending process
+        dropped (its event loop already closed); the failure itself was reported."""
+        if issubclass(category, RuntimeWarning) and "was never awaited" in str(message):
+            BACKGROUND.warning("%s", message)
+        else:
+            shown(message, category, *args, **kwargs)
+
+    warnings.showwarning = show
 
     threading.excepthook = lambda a: report(
         f"a background thread ({a.thread.name if a.thread else 'unnamed'})", a.exc_value,
