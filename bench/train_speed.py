@@ -14,8 +14,9 @@ processes, interleaved round by round:
 
 For the quick-start LM (GPT-style, 1.8M), a llama-style 25M LM and a 50M GPT. Reported:
 tokens/s (median interval between summaries after a warm-up), the whole run's wall time, launch
-to the end of the first step, the first step itself (compile included) cold and warm, and peak
-resident memory (hand and pax each save a final checkpoint); medians over the rounds.
+to the end of the first step, the first step itself (compile included) cold and warm (also
+less one step's execution, which no cache removes), and peak resident memory (hand and pax
+each save a final checkpoint); medians over the rounds.
 Targets: tokens/s >= 0.98 x hand; whole run <= hand + 3 s; warm first step <= 0.5 x cold; peak
 memory <= 1.1 x hand.
 
@@ -136,6 +137,7 @@ def run_pax(model: Model, work: Path, index: int) -> dict:
                  for a, b in itertools.pairwise(train) if a["step"] >= model.warmup]
     return {
         "interval_tokens_per_sec": intervals,
+        "tokens_per_step": tokens_per_step,
         "first_step_sec": train[0]["first_step_sec"],
         "startup_sec": train[0]["startup_sec"],
         "warm_first_step_sec": next(r for r in warm if r["kind"] == "train")["first_step_sec"],
@@ -205,6 +207,7 @@ def bench_model(model: Model, rounds: int, peak_f32: float) -> dict:
     flops_per_token = samples["pax"][0]["flops_per_token"]
     summary = {kind: _summary(runs, peak_f32, flops_per_token) for kind, runs in samples.items()}
     hand, bare, pax = summary["hand"], summary["bare"], summary["pax"]
+    step_sec = samples["pax"][0]["tokens_per_step"] / pax["tokens_per_sec"]
     return {
         "model": model.name,
         "experiment": model.exp.replace(str(HERE.parent) + "/", ""),
@@ -218,6 +221,10 @@ def bench_model(model: Model, rounds: int, peak_f32: float) -> dict:
         "layers_vs_hand": bare["tokens_per_sec"] / hand["tokens_per_sec"],
         "wall_extra_sec": pax["wall_sec"] - hand["wall_sec"],
         "warm_first_step_ratio": pax["warm_first_step_sec"] / pax["first_step_sec"],
+        # What the cache can save: the first step less one step's execution, warm over cold.
+        "warm_compile_ratio": (pax["warm_first_step_sec"] - step_sec)
+        / (pax["first_step_sec"] - step_sec),
+        "step_sec": step_sec,
         "memory_vs_hand": pax["peak_rss_mib"] / hand["peak_rss_mib"],
         "samples": samples,
     }
@@ -247,9 +254,10 @@ def markdown(summary: dict) -> str:
     lines += [
         "",
         "| model | whole run hand (s) | pax (s) | pax - hand | launch to first step hand (s) | "
-        "pax (s) | pax first step cold (s) | warm (s) | warm/cold | peak MiB hand | pax | "
-        "pax/hand |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "pax (s) | pax first step cold (s) | warm (s) | warm/cold | a step (s) | warm/cold "
+        "less a step | peak MiB hand | pax | pax/hand |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | "
+        "---: | ---: |",
     ]
     for m in summary["models"]:
         hand, pax = m["hand"], m["pax"]
@@ -257,11 +265,14 @@ def markdown(summary: dict) -> str:
             f"| {m['model']} | {hand['wall_sec']:.1f} | {pax['wall_sec']:.1f} | "
             f"{m['wall_extra_sec']:+.1f} | {hand['startup_sec']:.2f} | {pax['startup_sec']:.2f} | "
             f"{pax['first_step_sec']:.2f} | {pax['warm_first_step_sec']:.2f} | "
-            f"{m['warm_first_step_ratio']:.2f} | {hand['peak_rss_mib']:,.0f} | "
+            f"{m['warm_first_step_ratio']:.2f} | {m['step_sec']:.2f} | "
+            f"{m['warm_compile_ratio']:.2f} | {hand['peak_rss_mib']:,.0f} | "
             f"{pax['peak_rss_mib']:,.0f} | {m['memory_vs_hand']:.2f} |")
     lines += ["", f"Targets: pax/hand tokens/s >= {TARGETS['speed']}; whole run <= hand + "
               f"{TARGETS['wall_extra_sec']:.0f} s; warm first step <= "
-              f"{TARGETS['warm_first_step']} x cold; peak memory <= {TARGETS['memory']} x hand."]
+              f"{TARGETS['warm_first_step']} x cold; peak memory <= {TARGETS['memory']} x hand.",
+              "", "A first step is its compilation (or, warm, the cache's read) and one step's "
+              "execution; \"warm/cold less a step\" leaves the execution out of both."]
     return "\n".join(lines) + "\n"
 
 

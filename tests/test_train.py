@@ -19,6 +19,7 @@ from pax_core.config.resolve import resolve
 from pax_core.errors import RunError, Stopped, UsageError
 from pax_core.run import commands
 from pax_core.run.build import build_run
+from pax_core.run.state import make_init_fn
 from pax_core.testing import isolated_host, register_plugin
 
 TEST_PLUGIN = importlib.import_module("pax_testplugin.plugin")
@@ -54,6 +55,22 @@ def test_state_is_created_sharded_and_batches_split_over_devices(host):
     batch = run.partitioner.global_batch(run.train_input.get_next())
     assert batch["ids"].sharding.spec == PartitionSpec("data", None)
     assert {s.data.shape for s in batch["ids"].addressable_shards} == {(2, 16)}
+
+
+def test_the_state_is_initialised_from_the_trace_build_run_made(host, monkeypatch):
+    run = _run(host, jax.devices())
+    model = type(run.task.model)
+    traced = []
+    original = model.__call__
+    monkeypatch.setattr(model, "__call__", lambda *a, **k: traced.append(1) or original(*a, **k))
+    state = run.init_state()
+    assert not traced  # replayed: the model's Python did not run again
+    expected = jax.jit(make_init_fn(run.task.model, run.tx, run.batch_spec))(
+        np.uint32(run.task.train.random_seed))
+    assert traced  # (the check above would have seen a trace)
+    assert jax.tree.structure(state) == jax.tree.structure(expected)
+    for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_eight_devices_match_one_device(host):

@@ -28,6 +28,7 @@ from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run
 from pax_core.run.evaluation import Evaluator
+from pax_core.run.host_memory import release_freed_memory
 from pax_core.run.state import TrainState, count_params
 from pax_core.run.train_steps import TrainSteps
 from pax_core.speed.clock import StepClock, Utilisation, process_age
@@ -225,6 +226,7 @@ class TrainLoop:
         flag = {"stop": 0}
         # The first step's time is its own: the state (initialised or restored) is ready first.
         jax.block_until_ready(start)
+        release_freed_memory()  # what compiling and restoring left in the heap
         with _stop_on_signals(flag, coordinated=jax.process_count() > 1):
             with contextlib.closing(profiler):
                 state, step = self._steps(start, step, flag, profiler)

@@ -49,8 +49,9 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
     with output shardings: every device creates just its own shard of the parameters, and the
     model is never materialised whole on one device. With ``boxed`` the parameters keep
     Flax's logical-axis boxes, which is how a partitioner learns each weight's logical axis
-    names (``jax.eval_shape`` of it, never run); the optimizer always sees plain arrays, since
-    its state need not have the parameters' shapes (Adafactor's factored moments).
+    names (``build_run`` traces it once, and ``Run.init_state`` replays that trace); the
+    optimizer always sees plain arrays, since its state need not have the parameters' shapes
+    (Adafactor's factored moments).
     """
 
     def init(seed: jax.Array) -> TrainState:
