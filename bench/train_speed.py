@@ -64,8 +64,10 @@ class Model:
 
 
 MODELS = {
+    # Six rounds: on a shared machine a process can run 10 to 15% slower from start to end,
+    # whichever program it is; with four rounds one program can draw that more than another.
     "quickstart": Model("quick-start GPT (1.8M)", "lm/QuickStartLm", steps=30, warmup=5,
-                        rounds=4),
+                        rounds=6),
     "llama25m": Model("llama-style LM (25M)", f"{HERE / 'models.py'}:BenchLlama25M", steps=30,
                       warmup=5, rounds=3),
     "lm50m": Model("GPT LM (50M)", f"{HERE / 'models.py'}:BenchLm50M", steps=30, warmup=5,
