@@ -37,9 +37,9 @@ def test_a_coroutine_a_failed_save_left_unawaited_goes_to_the_log_only(tmp_path)
 
 def test_other_warnings_still_reach_the_console(tmp_path):
     err, _ = _run(tmp_path, """\
-        warnings.warn("not awaited, but about something else", UserWarning, stacklevel=1)
+        warnings.warn("not awaited, but about something else", RuntimeWarning, stacklevel=1)
         """)
-    assert "UserWarning: not awaited, but about something else" in err
+    assert "RuntimeWarning: not awaited, but about something else" in err
 
 
 def test_a_dying_thread_is_one_warning_line_with_the_traceback_in_the_log(tmp_path):

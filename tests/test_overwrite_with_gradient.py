@@ -46,7 +46,7 @@ def _batch(seed: int, rows: int = 16) -> dict[str, jax.Array]:
 def _state():
     model, tx = Fp8Regression(), optax.adam(1e-2)
     spec = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in _batch(0).items()}
-    return model, tx, jax.jit(make_init_fn(model, tx, spec))(0)
+    return model, tx, nn.meta.unbox(jax.jit(make_init_fn(model, tx, spec))(0))
 
 
 def _amax(x: jax.Array) -> float:

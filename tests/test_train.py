@@ -9,6 +9,7 @@ import os
 import signal
 import weakref
 
+import flax.linen as nn
 import jax
 import numpy as np
 import pytest
@@ -65,8 +66,8 @@ def test_the_state_is_initialised_from_the_trace_build_run_made(host, monkeypatc
     monkeypatch.setattr(model, "__call__", lambda *a, **k: traced.append(1) or original(*a, **k))
     state = run.init_state()
     assert not traced  # replayed: the model's Python did not run again
-    expected = jax.jit(make_init_fn(run.task.model, run.tx, run.batch_spec))(
-        np.uint32(run.task.train.random_seed))
+    expected = nn.meta.unbox(jax.jit(make_init_fn(run.task.model, run.tx, run.batch_spec))(
+        np.uint32(run.task.train.random_seed)))
     assert traced  # (the check above would have seen a trace)
     assert jax.tree.structure(state) == jax.tree.structure(expected)
     for got, want in zip(jax.tree.leaves(state), jax.tree.leaves(expected), strict=True):

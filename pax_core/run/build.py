@@ -259,7 +259,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
         k: jax.ShapeDtypeStruct((train_input.batch_size, *v.shape[1:]), v.dtype)
         for k, v in local.items()
     }
-    init = make_init_fn(job.task.model, tx, batch_spec, boxed=True)
+    init = make_init_fn(job.task.model, tx, batch_spec)
     try:
         with partitioner.context():
             traced, boxed = jax.make_jaxpr(init, return_shape=True)(np.uint32(0))

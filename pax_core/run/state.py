@@ -41,17 +41,16 @@ class TrainState:
 
 
 def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
-                 batch_spec: dict[str, jax.ShapeDtypeStruct], *, boxed: bool = False
-                 ) -> Callable[[Any], TrainState]:
-    """A function of a seed that builds a fresh ``TrainState``.
+                 batch_spec: dict[str, jax.ShapeDtypeStruct]) -> Callable[[Any], TrainState]:
+    """A function of a seed that builds a fresh ``TrainState``, its parameters and model
+    state in Flax's logical-axis boxes (``nn.meta.unbox`` takes them off).
 
     It takes only a seed (the batch is zeros made inside) so that it can run under ``jax.jit``
     with output shardings: every device creates just its own shard of the parameters, and the
-    model is never materialised whole on one device. With ``boxed`` the parameters keep
-    Flax's logical-axis boxes, which is how a partitioner learns each weight's logical axis
-    names (``build_run`` traces it once, and ``Run.init_state`` replays that trace); the
-    optimizer always sees plain arrays, since its state need not have the parameters' shapes
-    (Adafactor's factored moments).
+    model is never materialised whole on one device. The boxes are how a partitioner learns
+    each weight's logical axis names (``build_run`` traces this once, and ``Run.init_state``
+    replays that trace); the optimizer always sees plain arrays, since its state need not have
+    the parameters' shapes (Adafactor's factored moments).
     """
 
     def init(seed: jax.Array) -> TrainState:
@@ -59,12 +58,10 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
         params_rng, dropout_rng, state_rng = jax.random.split(rng, 3)
         batch = {k: jnp.zeros(s.shape, s.dtype) for k, s in batch_spec.items()}
         variables = model.init({"params": params_rng, "dropout": dropout_rng}, batch, train=False)
-        params = nn.meta.unbox(variables["params"])
         model_state = {k: v for k, v in variables.items() if k != "params"}
-        opt_state = tx.init(params)
-        return TrainState(variables["params"] if boxed else params, opt_state,
-                          jnp.zeros((), jnp.int32), state_rng,
-                          model_state if boxed else nn.meta.unbox(model_state))
+        opt_state = tx.init(nn.meta.unbox(variables["params"]))
+        return TrainState(variables["params"], opt_state, jnp.zeros((), jnp.int32), state_rng,
+                          model_state)
 
     return init
 
