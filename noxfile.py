@@ -1,5 +1,9 @@
-"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `vizier` (CI), `tests_newest` (Python
-3.12, newest jax), `lint`, `bench`."""
+"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `vizier` (CI), `soak` (the fault trials
+at full count), `test_times` (CI's time, session by session and test by test), `tests_newest`
+(Python 3.12, newest jax), `lint`, `bench`.
+
+Environments are made and filled by uv (`pip install nox uv`), which installs this repository's
+packages in seconds where pip takes a minute."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
+nox.options.default_venv_backend = "uv"
 
 PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
             "-e", "plugins/pax_multislice", "-e", "plugins/pax_gpu",
@@ -33,12 +38,13 @@ def _interpreter(version: str) -> str | None:
 
 def _pytest(session: nox.Session) -> None:
     """Every core runs test files side by side (a file's tests stay on one worker, so its
-    module fixtures are built once); then the tests that time signals against a running job
-    run alone, since a loaded machine delays their processes past what they measure."""
+    module fixtures are built once), handed out longest first (the order conftest.py gives);
+    then the tests that time signals against a running job run alone, since a loaded machine
+    delays their processes past what they measure."""
     session.install(*PACKAGES)
     env = {"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")}
-    session.run("pytest", "-q", "-n", "auto", "--dist", "loadfile", "-m", "not serial",
-                *session.posargs, env=env)
+    session.run("pytest", "-q", "-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder",
+                "-m", "not serial", *session.posargs, env=env)
     session.run("pytest", "-q", "-m", "serial", *session.posargs, env=env,
                 success_codes=[0, 5])  # 5: posargs chose no serial test
 
@@ -56,10 +62,20 @@ def tests_newest(session: nox.Session) -> None:
     _pytest(session)
 
 
-def _fresh_venv(session: nox.Session, where: str) -> str:
-    """A new virtual environment with nothing of this checkout in it; returns its bin folder."""
-    session.run("python", "-m", "venv", where, silent=True)
+def _fresh_venv(session: nox.Session, where: str, *requirements: str,
+                find_links: str) -> str:
+    """A new virtual environment with ``requirements`` installed from wheels in ``find_links``
+    (and their dependencies from the package index), nothing of this checkout; returns its bin
+    folder."""
+    session.run("uv", "venv", "-q", where, external=True)
+    session.run("uv", "pip", "install", "-q", "--python", os.path.join(where, "bin", "python"),
+                "--find-links", find_links, *requirements, external=True)
     return os.path.join(where, "bin")
+
+
+def _pip_check(session: nox.Session) -> None:
+    """The session's environment holds no broken or conflicting requirement."""
+    session.run("uv", "pip", "check", "-q", external=True)
 
 
 @nox.session
@@ -74,22 +90,19 @@ def plugin_kit(session: nox.Session) -> None:
     wheels, plugin = os.path.join(tmp, "wheels"), os.path.join(tmp, "pax_kitdemo")
     session.install(".")
     session.run("pax", "plugins", "new", "kitdemo", "--backend", "--output", plugin)
-    session.run("python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", wheels, ".", plugin,
-                "./plugins/pax_transformer", "./pax_lm")
+    for source in (".", plugin, "./plugins/pax_transformer", "./pax_lm"):
+        session.run("uv", "build", "-q", "--wheel", "--out-dir", wheels, source, external=True)
     for package in (".", "plugins/pax_transformer", "pax_lm"):  # setuptools' build/ folders
         shutil.rmtree(os.path.join(package, "build"), ignore_errors=True)
     env = {"PAX_STRICT_PLUGINS": "1"}
-    author = _fresh_venv(session, os.path.join(tmp, "author"))
-    session.run(f"{author}/pip", "install", "-q", "--find-links", wheels, "pax-kitdemo[test]",
-                external=True)
+    author = _fresh_venv(session, os.path.join(tmp, "author"), "pax-kitdemo[test]",
+                         find_links=wheels)
     session.run(f"{author}/pax", "plugins", external=True, env=env)
     session.run(f"{author}/pytest", "-q", "-p", "no:cacheprovider", os.path.join(plugin, "tests"),
                 external=True, env=env)
     session.run(f"{author}/pax", "train", "--plugin", "kitdemo", "--exp", "KitdemoSine",
                 "--job-dir", os.path.join(tmp, "kitdemo_job"), external=True, env=env)
-    user = _fresh_venv(session, os.path.join(tmp, "user"))
-    session.run(f"{user}/pip", "install", "-q", "--find-links", wheels, "pax-lm[corpus]",
-                external=True)
+    user = _fresh_venv(session, os.path.join(tmp, "user"), "pax-lm[corpus]", find_links=wheels)
     session.run(f"{user}/pax", "plugins", external=True, env=env)
     session.run(f"{user}/pax", "train", "--plugin", "lm", "--exp", "TinyLmForTests",
                 "--job-dir", os.path.join(tmp, "lm_job"), "--set", "NUM_TRAIN_STEPS=20",
@@ -103,7 +116,7 @@ def seqio(session: nox.Session) -> None:
     the installation included). No other session installs pax-seqio."""
     session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
                     "-e", "plugins/pax_seqio")
-    session.run("python", "-m", "pip", "check")
+    _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_seqio/tests",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
@@ -115,7 +128,7 @@ def ray(session: nox.Session) -> None:
     Ray cluster on 127.0.0.1 and sweep through it (about 3 minutes on 2 cores, the
     installation included). No other session installs pax-ray."""
     session.install("-e", ".[test]", "-e", "plugins/pax_ray[test]")
-    session.run("python", "-m", "pip", "check")
+    _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_ray/tests",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
@@ -130,6 +143,34 @@ def vizier(session: nox.Session) -> None:
     session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_sweep_vizier.py",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
+# The tests whose properties need many repetitions: kill -9 at random moments (their trial
+# counts come from pax_core.testing.fault_trials) and storage that fails under a run.
+SOAK_TESTS = ["tests/test_kill_trials.py", "pax_lm/tests/test_lm_kill_trials.py",
+              "tests/test_remote_jobdir.py::test_a_gs_job_killed_at_random_moments_resumes_bitwise"]
+STORAGE_FAULT_TESTS = "tests/test_storage_faults.py"
+STORAGE_FAULT_REPEATS = "20"
+
+
+@nox.session
+def soak(session: nox.Session) -> None:
+    """The fault trials at full count, on demand (about 40 minutes on 2 cores): CI runs a
+    fixed, seeded sample of each; here the kill -9 tests run their soak counts (over 100 kills
+    of the core's MLP) and each storage fault runs 20 times in a row, stopping at the first
+    failure."""
+    session.install(*PACKAGES, "pytest-repeat>=0.9.4,<0.10")
+    env = {"PAX_STRICT_PLUGINS": "1", "PAX_SOAK": "1"}
+    session.run("pytest", "-q", "-s", *SOAK_TESTS, *session.posargs, env=env)
+    session.run("pytest", "-q", "-x", "--count", STORAGE_FAULT_REPEATS, STORAGE_FAULT_TESTS,
+                *session.posargs, env=env)
+
+
+@nox.session(venv_backend="none")
+def test_times(session: nox.Session) -> None:
+    """CI's time, measured: a clean clone of this checkout's HEAD runs .ci/run, every session
+    and every test timed; writes bench/results/test_times.{json,md}."""
+    session.run("python3", "bench/test_times.py", *session.posargs, external=True)
 
 
 @nox.session

@@ -1,10 +1,6 @@
-"""Every test sees 8 fake CPU devices: set before anything imports JAX. The measured CPU peak
-is cached in a temporary directory, not the user's."""
-
-import os
-import tempfile
+"""Every test sees 8 fake CPU devices: set before anything imports JAX. (The run's cache folder,
+compiled programs and the CPU's measured peak, comes from ``pax_core.testing``.)"""
 
 from pax_core.testing import use_cpu_devices
 
 use_cpu_devices(8)
-os.environ["PAX_CACHE_DIR"] = os.path.join(tempfile.gettempdir(), "pax-test-cache")

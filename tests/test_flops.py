@@ -113,3 +113,22 @@ def test_each_batch_shape_gets_its_own_compiled_step_and_its_own_flops():
     full = steps.first_flops.model
     assert steps.flops_since_last().model == pytest.approx(full * (1 + 0.5 + 0.5) / 3)
     assert steps.flops_since_last() == steps.first_flops  # no step since the last summary
+
+
+def test_a_compile_for_analysis_counts_and_places_as_the_full_compile():
+    """pax plan compiles without optimising the CPU's machine code (it never runs the program):
+    the FLOPs, bytes and buffers it reports are those of the full compile."""
+    from pax_core.parallel.plan import ANALYSIS_ONLY
+
+    host = isolated_host()
+    run = build_run(host, resolve(host, "MlpSynthetic", None, []), jax.devices(),
+                    read_data=False)
+    full = run.compile_train_step(donate_state=True)
+    analysed = run.compile_train_step(donate_state=True, compiler_options=ANALYSIS_ONLY)
+    for key in ("flops", "bytes accessed", "transcendentals"):
+        assert analysed.cost_analysis()[key] == full.cost_analysis()[key], key
+    memory, full_memory = analysed.memory_analysis(), full.memory_analysis()
+    for key in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes",
+                "alias_size_in_bytes"):
+        assert getattr(memory, key) == getattr(full_memory, key), key
+    assert hardware_flops(analysed, 8) == hardware_flops(full, 8)

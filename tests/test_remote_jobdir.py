@@ -19,7 +19,14 @@ import numpy as np
 import pytest
 
 from pax_core.files import job_path
-from pax_core.testing import assert_same_params, kill_trials, read_metrics, read_params, run_pax
+from pax_core.testing import (
+    assert_same_params,
+    fault_trials,
+    kill_trials,
+    read_metrics,
+    read_params,
+    run_pax,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -135,7 +142,7 @@ def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
             "--set", "task.train.save_interval_steps=1",
             "--set", "task.train.summary_interval_steps=1",
             "--set", "task.train.eval_interval_steps=1000"]
-    killed = kill_trials(args, f"{gcs}/jobs/killed", trials=6, seed=3)
+    killed = kill_trials(args, f"{gcs}/jobs/killed", trials=fault_trials(3, 20), seed=3)
     assert killed.finished.returncode == 0, killed.finished.stderr
     assert killed.killed >= 1 and killed.tracebacks == [] and killed.damaged == []
     assert killed.resumed == sorted(killed.resumed)

@@ -101,11 +101,14 @@ class Run:
 
     def compile_train_step(self, donate_state: bool | None = None,
                            batch_spec: dict[str, jax.ShapeDtypeStruct] | None = None,
+                           compiler_options: dict[str, Any] | None = None,
                            ) -> jax.stages.Compiled:
         """``(state, batch) -> (state, metrics)``, compiled ahead of time by the partitioner for
         this run's shardings and the shapes of ``batch_spec`` (global; default: the training
         input's first batch). The old state is donated where the devices' backend says so,
-        unless ``donate_state`` decides."""
+        unless ``donate_state`` decides. ``compiler_options`` are XLA's debug options for this
+        compilation alone (``pax plan`` skips machine-code optimisation: it never runs the
+        program)."""
         learner, partitioner = self.task.train.learner, self.partitioner
         step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
                                learner.num_microbatches, partitioner.reduction,
@@ -118,7 +121,7 @@ class Run:
                                           donate_state=donate)
         batch = {k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=batch_shardings[k])
                  for k, v in spec.items()}
-        return jitted.lower(self.abstract_state, batch).compile()
+        return jitted.lower(self.abstract_state, batch).compile(compiler_options)
 
     def init_state(self) -> TrainState:
         """A fresh state, created directly with its output shardings. It replays the

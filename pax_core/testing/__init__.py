@@ -16,7 +16,12 @@
   ``pax train`` N times, killing each with SIGKILL at a random moment, then to the end;
   ``read_params(job_dir)``, ``train_losses(job_dir)`` and ``assert_same_params`` compare the
   result bitwise with a run left alone; ``kill_and_compare`` does all of it on 1 and 8 devices;
-  ``stop_once_saved(command, job_dir, signum)`` signals a command once a checkpoint is saved.
+  ``stop_once_saved(command, job_dir, signum)`` signals a command once a checkpoint is saved;
+  ``fault_trials(ci, soak)`` is how many trials to run: a fixed sample in an ordinary test run,
+  the full count when ``PAX_SOAK=1`` asks for a soak.
+* A test run's processes (xdist workers and the ``pax`` commands tests start) share one cache
+  folder made for that run (``PAX_CACHE_DIR``, unless set): compiled programs are compiled once
+  per run, and no result depends on what an earlier run left.
 * What a command does, in the test's own process: ``resolve`` (experiment + ``--set`` items to
   a config), ``build_run`` (a resolved experiment placed on devices, nothing allocated),
   ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
@@ -32,8 +37,10 @@ import contextlib
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -46,6 +53,7 @@ from pax_core.testing.conformance import PluginConformance, parametrize_conforma
 from pax_core.testing.faults import (
     KillTrials,
     assert_same_params,
+    fault_trials,
     kill_and_compare,
     kill_trials,
     read_params,
@@ -66,7 +74,7 @@ _LENT = {
 
 __all__ = [  # noqa: RUF022 (the lent names last)
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "cpu_mesh",
-    "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "read_metrics",
+    "fault_trials", "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
     "use_cpu_devices",
     "build_run", "evaluate", "plan", "resolve", "step_flops", "train", "use_fake_devices",
@@ -140,6 +148,26 @@ def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """Every record of ``JOB_DIR/metrics.jsonl`` (local or ``gs://``), in order."""
     lines = (job_path(job_dir) / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
+
+
+RUN_CACHE_VAR = "PAX_CACHE_DIR"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the test run a cache folder of its own, made by the process that starts the run and
+    inherited by its xdist workers and by every ``pax`` command a test starts: a program one
+    process compiled is read from disk by the others, and nothing an earlier run left is read.
+    A ``PAX_CACHE_DIR`` already set (a worker's, or the user's) is kept."""
+    if os.environ.get(RUN_CACHE_VAR):
+        return
+    folder = tempfile.mkdtemp(prefix="pax-test-run-")
+    os.environ[RUN_CACHE_VAR] = folder
+
+    def remove() -> None:
+        os.environ.pop(RUN_CACHE_VAR, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+    config.add_cleanup(remove)
 
 
 @pytest.fixture

@@ -9,6 +9,8 @@ eight::
                      trials=6, steps=40)
 
 ``kill_trials``, ``train_losses``, ``read_params`` and ``assert_same_params`` are its parts.
+``fault_trials(ci, soak)`` sizes a trial count: an ordinary test run takes a fixed, seeded
+sample (``ci``); a soak (``PAX_SOAK=1``, the repository's ``nox -s soak``) runs ``soak``.
 ``stop_once_saved`` stops a command in the middle of a run, for tests of what resumes it.
 """
 
@@ -28,6 +30,8 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.files import is_remote, job_path
+
+SOAK_VAR = "PAX_SOAK"
 
 # A fraction of the kills land while the process starts, compiles or restores; the rest while
 # it trains and saves, a random moment after it has logged a new step.
@@ -80,6 +84,13 @@ def _one_trial(command: list[str], job_dir: Any, env: Mapping[str, str], rng: ra
             run.send_signal(signal.SIGKILL)
         run.wait()
     return killed
+
+
+def fault_trials(ci: int, soak: int) -> int:
+    """How many fault trials to run: ``soak`` when ``PAX_SOAK`` is set to 1, else ``ci``. Each
+    trial is seconds of a real run, so an ordinary test run samples; the moments stay random
+    across the soak's many trials, and the sample's seeds fix which ones CI sees."""
+    return soak if os.environ.get(SOAK_VAR, "") == "1" else ci
 
 
 def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int, seed: int = 0,

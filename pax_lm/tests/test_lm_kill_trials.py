@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from pax_core.testing import kill_and_compare
+from pax_core.testing import fault_trials, kill_and_compare
 
 pytestmark = pytest.mark.slow
 
@@ -16,5 +16,6 @@ ARGS = ["--exp", "TinyLmForTests", "--set", f"NUM_TRAIN_STEPS={STEPS}",
 
 
 def test_the_tiny_lm_killed_at_random_moments_resumes_bitwise(tmp_path):
-    for devices, killed in kill_and_compare(ARGS, tmp_path, trials=4, steps=STEPS).items():
+    for devices, killed in kill_and_compare(ARGS, tmp_path, trials=fault_trials(2, 20),
+                                            steps=STEPS).items():
         assert killed.killed >= 1, devices

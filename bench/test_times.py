@@ -1,0 +1,205 @@
+"""CI's time, session by session and test by test: a clean clone of this checkout's HEAD runs
+``.ci/run`` (as CI does, ``CI=true``, with an empty uv cache so the installation is timed as on
+a new machine), with ``PAX_TEST_TIMES`` set so that .ci/run keeps each session's time and every
+pytest run each test's (the repository's ``conftest.py``).
+
+Writes ``bench/results/test_times.json`` (the numbers; its per-file times also order the next
+test runs, longest file first) and ``test_times.md`` (the report), comparing with
+``test_times_before.json``: the measurement before the test suite was made faster, and the test
+ids it had. Every id that no longer exists must name the test that now covers it
+(``COVERED_BY``); the report flags any that does not.
+
+    python3 bench/test_times.py [--runs 2]        # or: python3 -m nox -s test_times
+
+``--from-junit FOLDER --ids FILE`` instead records a measurement made by hand (``nox -s S --
+--junitxml=FOLDER/junit-S.xml`` per session, ``FOLDER/times.txt`` with lines ``S rc=N SECs``,
+and ``FILE`` from ``pytest --collect-only -q``), as ``test_times_before.json`` was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import report
+
+ROOT = Path(__file__).resolve().parent.parent
+BEFORE = report.FOLDER / "test_times_before.json"
+TOP = 25
+
+# Test ids of the measurement before that no longer exist, and the test that covers each now.
+COVERED_BY: dict[str, str] = {}
+
+
+def _measure_once(scratch: Path) -> dict:
+    clone, times = scratch / "clone", scratch / "times"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    env = {**os.environ, "CI": "true", "PAX_TEST_TIMES": str(times),
+           "UV_CACHE_DIR": str(scratch / "uv-cache")}
+    env.pop("PAX_CACHE_DIR", None)
+    log = scratch / "ci.log"
+    with open(log, "w") as out:
+        code = subprocess.run(["bash", ".ci/run"], cwd=clone, stdout=out, stderr=out,
+                              env=env).returncode
+    print(log.read_text()[-1500:])
+    if code != 0:
+        sys.exit(f".ci/run failed (exit {code}); its output: {log}")
+    sessions = {}
+    for line in (times / "sessions.tsv").read_text().splitlines():
+        name, seconds = line.split("\t")
+        sessions[name] = int(seconds)
+    tests: dict[str, dict] = {}
+    for path in sorted(times.glob("*-*.json")):
+        record = json.loads(path.read_text())
+        for nodeid, test in record["tests"].items():
+            tests[f"{record['session']} {nodeid}"] = test
+    return {"sessions": sessions, "total": sum(sessions.values()), "tests": tests}
+
+
+def _from_junit(folder: Path, ids_file: Path) -> dict:
+    sessions = {}
+    for line in (folder / "times.txt").read_text().splitlines():
+        name, _, seconds = line.split()
+        sessions[name] = int(seconds.rstrip("s"))
+    tests = {}
+    for junit in sorted(folder.glob("junit-*.xml")):
+        session = junit.stem.removeprefix("junit-")
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            module = case.get("classname").split(".")
+            cls = [module.pop()] if module[-1][:1].isupper() else []
+            path = "/".join(module) + ".py"
+            if session != "tests":  # those sessions ran pytest on a folder below the root
+                path = {"seqio": "plugins/pax_seqio/", "ray": "plugins/pax_ray/"}.get(
+                    session, "") + path
+            nodeid = "::".join([path, *cls, case.get("name")])
+            outcome = ("failed" if case.find("failure") is not None else
+                       "skipped" if case.find("skipped") is not None else "passed")
+            tests[f"{session} {nodeid}"] = {"seconds": float(case.get("time")),
+                                            "outcome": outcome}
+    run = {"sessions": sessions, "total": sum(sessions.values()), "tests": tests}
+    ids = sorted({line.strip() for line in ids_file.read_text().splitlines() if "::" in line})
+    return _summary([run], ids)
+
+
+def _ids_of(runs: list[dict]) -> list[str]:
+    return sorted({key.split(" ", 1)[1] for run in runs for key in run["tests"]})
+
+
+def _summary(runs: list[dict], ids: list[str] | None = None) -> dict:
+    files: dict[str, list[float]] = {}
+    tests: dict[str, list[float]] = {}
+    for run in runs:
+        per_file: dict[str, float] = {}
+        for key, test in run["tests"].items():
+            session, nodeid = key.split(" ", 1)
+            tests.setdefault(key, []).append(test["seconds"])
+            if session == "tests":
+                name = nodeid.split("::")[0]
+                per_file[name] = per_file.get(name, 0.0) + test["seconds"]
+        for name, seconds in per_file.items():
+            files.setdefault(name, []).append(seconds)
+    return {
+        "measured": datetime.date.today().isoformat(),
+        "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                                 capture_output=True, text=True).stdout.strip(),
+        "machine": f"{os.cpu_count()} cores",
+        "runs": [{"sessions": r["sessions"], "total": r["total"]} for r in runs],
+        "files": {k: round(statistics.mean(v), 1)
+                  for k, v in sorted(files.items(), key=lambda kv: -statistics.mean(kv[1]))},
+        "tests": {k: round(statistics.mean(v), 2)
+                  for k, v in sorted(tests.items(), key=lambda kv: -statistics.mean(kv[1]))},
+        "outcomes": {k: v["outcome"] for r in runs for k, v in r["tests"].items()},
+        "ids": ids if ids is not None else _ids_of(runs),
+    }
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:.1f} min"
+
+
+def _table(now: dict, before: dict | None) -> str:
+    sessions = list(now["runs"][0]["sessions"])
+    head = ["session", *[f"run {i + 1}" for i in range(len(now["runs"]))]]
+    if before:
+        head.append(f"before ({before['commit']})")
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" + " ---: |" * (len(head) - 1)]
+    for name in [*sessions, "total"]:
+        cells = [f"{(r['sessions'].get(name) if name != 'total' else r['total']) or 0:,} s"
+                 for r in now["runs"]]
+        if before:
+            old = before["runs"][0]
+            value = old["total"] if name == "total" else old["sessions"].get(name)
+            cells.append("-" if value is None else f"{value:,} s")
+        label = f"**{name}**" if name == "total" else name
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _report(now: dict, before: dict | None) -> str:
+    totals = [r["total"] for r in now["runs"]]
+    out = [f"# CI's time\n\nMeasured {now['measured']} at {now['commit']} on {now['machine']}, "
+           f"nothing else running: `python3 bench/test_times.py --runs {len(totals)}` (a clean "
+           f"clone's `bash .ci/run`, an empty uv cache). Total: "
+           + ", ".join(_minutes(t) for t in totals)
+           + (f"; before: {_minutes(before['runs'][0]['total'])}." if before else ".")
+           + "\n", _table(now, before), ""]
+    if before:
+        out.append("'setup' is apt-get and `pip install nox uv`. Before, `tests` stopped at "
+                   "a failing test ahead of its serial part, and 'setup' was not timed.\n")
+    out.append(f"## The {TOP} longest test files (session `tests`, summed over their tests)\n")
+    out.append("| file | seconds |" + (" before |" if before else "") + "\n| --- | ---: |"
+               + (" ---: |" if before else ""))
+    for name, seconds in list(now["files"].items())[:TOP]:
+        old = f" {before['files'].get(name, 0):.1f} |" if before else ""
+        out.append(f"| `{name}` | {seconds:.1f} |{old}")
+    out.append(f"\n## The {TOP} longest tests\n\n| test | seconds |\n| --- | ---: |")
+    for key, seconds in list(now["tests"].items())[:TOP]:
+        out.append(f"| `{key}` | {seconds:.1f} |")
+    out.append(f"\n## Test ids\n\n{len(now['ids'])} ids now"
+               + (f", {len(before['ids'])} before." if before else "."))
+    if before:
+        removed = sorted(set(before["ids"]) - set(now["ids"]))
+        added = sorted(set(now["ids"]) - set(before["ids"]))
+        out.append(f"{len(added)} added, {len(removed)} no longer exist; each of those names the "
+                   "test that covers it now:\n")
+        for nodeid in removed:
+            out.append(f"- `{nodeid}`: "
+                       + (f"`{COVERED_BY[nodeid]}`" if nodeid in COVERED_BY
+                          else "**NOT COVERED**"))
+        if added:
+            out.append("\nAdded:\n")
+            out.extend(f"- `{nodeid}`" for nodeid in added)
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--from-junit", type=Path)
+    parser.add_argument("--ids", type=Path)
+    args = parser.parse_args()
+    if args.from_junit:
+        BEFORE.parent.mkdir(exist_ok=True)
+        BEFORE.write_text(json.dumps(_from_junit(args.from_junit, args.ids), indent=1))
+        print(f"wrote {BEFORE}")
+        return
+    runs = []
+    for i in range(args.runs):
+        with tempfile.TemporaryDirectory(prefix="pax-ci-times-") as scratch:
+            print(f"run {i + 1} of {args.runs}: bash .ci/run in a clean clone", flush=True)
+            runs.append(_measure_once(Path(scratch)))
+    now = _summary(runs)
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
+    report.save("test_times", now, _report(now, before))
+
+
+if __name__ == "__main__":
+    main()
