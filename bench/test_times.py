@@ -22,6 +22,7 @@ import argparse
 import datetime
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,7 +52,9 @@ def _measure_once(scratch: Path) -> dict:
                               env=env).returncode
     print(log.read_text()[-1500:])
     if code != 0:
-        sys.exit(f".ci/run failed (exit {code}); its output: {log}")
+        failed = [line for line in log.read_text().splitlines() if line.startswith("FAILED ")]
+        print("\n".join(failed))
+        sys.exit(f".ci/run failed (exit {code}); its output is kept: {log}")
     sessions = {}
     for line in (times / "sessions.tsv").read_text().splitlines():
         name, seconds = line.split("\t")
@@ -193,9 +196,11 @@ def main() -> None:
         return
     runs = []
     for i in range(args.runs):
-        with tempfile.TemporaryDirectory(prefix="pax-ci-times-") as scratch:
-            print(f"run {i + 1} of {args.runs}: bash .ci/run in a clean clone", flush=True)
-            runs.append(_measure_once(Path(scratch)))
+        scratch = Path(tempfile.mkdtemp(prefix="pax-ci-times-"))
+        print(f"run {i + 1} of {args.runs}: bash .ci/run in a clean clone in {scratch}",
+              flush=True)
+        runs.append(_measure_once(scratch))
+        shutil.rmtree(scratch)  # kept when the run failed
     now = _summary(runs)
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
     report.save("test_times", now, _report(now, before))

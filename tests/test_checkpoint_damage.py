@@ -22,12 +22,21 @@ def _train(job: Path, steps: int, *extra: str):
                    f"NUM_TRAIN_STEPS={steps}", *STEPS, *extra)
 
 
-@pytest.fixture
-def job(tmp_path) -> Path:
-    job = tmp_path / "job"
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    """A job trained to step 30 with checkpoints at 10, 20 and 30, trained once per module."""
+    job = tmp_path_factory.mktemp("trained") / "job"
     first = _train(job, 30)
     assert first.returncode == 0, first.stderr
     assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["10", "20", "30"]
+    return job
+
+
+@pytest.fixture
+def job(trained, tmp_path) -> Path:
+    """A copy of the trained job, the test's own to damage."""
+    job = tmp_path / "job"
+    shutil.copytree(trained, job)
     return job
 
 
