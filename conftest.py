@@ -7,7 +7,8 @@ package's ``tests/conftest.py``).
   other worker sits idle. The order of tests inside a file is kept.
 * ``PAX_TEST_TIMES=FOLDER`` makes each pytest run write every test's outcome and duration to
   ``FOLDER/SESSION-PID.json`` (SESSION: the nox session running it), which
-  ``bench/test_times.py`` turns into the report.
+  ``bench/test_times.py`` turns into the report. (The seqio and ray sessions, whose pytest
+  root is their package's folder, reach this file through ``--confcutdir``.)
 """
 
 from __future__ import annotations

@@ -117,7 +117,8 @@ def seqio(session: nox.Session) -> None:
     session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
                     "-e", "plugins/pax_seqio")
     _pip_check(session)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_seqio/tests",
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
+                "plugins/pax_seqio/tests",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
@@ -129,7 +130,8 @@ def ray(session: nox.Session) -> None:
     installation included). No other session installs pax-ray."""
     session.install("-e", ".[test]", "-e", "plugins/pax_ray[test]")
     _pip_check(session)
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "plugins/pax_ray/tests",
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
+                "plugins/pax_ray/tests",
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 

@@ -11,9 +11,11 @@ ids it had. Every id that no longer exists must name the test that now covers it
 
     python3 bench/test_times.py [--runs 2]        # or: python3 -m nox -s test_times
 
-``--from-junit FOLDER --ids FILE`` instead records a measurement made by hand (``nox -s S --
---junitxml=FOLDER/junit-S.xml`` per session, ``FOLDER/times.txt`` with lines ``S rc=N SECs``,
-and ``FILE`` from ``pytest --collect-only -q``), as ``test_times_before.json`` was.
+``--read FOLDER`` records a run whose folder a failed measurement kept (its failed tests
+marked so). ``--from-junit FOLDER --ids FILE`` instead records a measurement made by hand
+(``nox -s S -- --junitxml=FOLDER/junit-S.xml`` per session, ``FOLDER/times.txt`` with lines
+``S rc=N SECs``, and ``FILE`` from ``pytest --collect-only -q``), as
+``test_times_before.json`` was.
 """
 
 from __future__ import annotations
@@ -54,7 +56,14 @@ def _measure_once(scratch: Path) -> dict:
     if code != 0:
         failed = [line for line in log.read_text().splitlines() if line.startswith("FAILED ")]
         print("\n".join(failed))
-        sys.exit(f".ci/run failed (exit {code}); its output is kept: {log}")
+        sys.exit(f".ci/run failed (exit {code}); its output is kept: {log} (--read "
+                 f"{scratch} records it)")
+    return _read(scratch)
+
+
+def _read(scratch: Path) -> dict:
+    """The times a run of .ci/run left in ``scratch``, failed tests' included."""
+    times = scratch / "times"
     sessions = {}
     for line in (times / "sessions.tsv").read_text().splitlines():
         name, seconds = line.split("\t")
@@ -157,6 +166,12 @@ def _report(now: dict, before: dict | None) -> str:
     if before:
         out.append("'setup' is apt-get and `pip install nox uv`. Before, `tests` stopped at "
                    "a failing test ahead of its serial part, and 'setup' was not timed.\n")
+    failed = sorted(k for k, v in now["outcomes"].items() if v == "failed")
+    if failed:
+        out.append("**Failed** in the measured runs (their times are those of the failure):\n")
+        out.extend(f"- `{key}`" for key in failed)
+        out.append("\nA session whose first pytest run fails does not start its second (the "
+                   "`serial` tests): their ids are missing below.\n")
     out.append(f"## The {TOP} longest test files (session `tests`, summed over their tests)\n")
     out.append("| file | seconds |" + (" before |" if before else "") + "\n| --- | ---: |"
                + (" ---: |" if before else ""))
@@ -173,7 +188,11 @@ def _report(now: dict, before: dict | None) -> str:
         added = sorted(set(now["ids"]) - set(before["ids"]))
         out.append(f"{len(added)} added, {len(removed)} no longer exist; each of those names the "
                    "test that covers it now:\n")
+        recorded = {nodeid.split("::")[0] for nodeid in now["ids"]}
         for nodeid in removed:
+            if nodeid.split("::")[0] not in recorded:
+                out.append(f"- `{nodeid}`: not recorded (its session kept no test times)")
+                continue
             out.append(f"- `{nodeid}`: "
                        + (f"`{COVERED_BY[nodeid]}`" if nodeid in COVERED_BY
                           else "**NOT COVERED**"))
@@ -188,14 +207,16 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--from-junit", type=Path)
     parser.add_argument("--ids", type=Path)
+    parser.add_argument("--read", type=Path, nargs="+",
+                        help="record the runs whose folders a failed measurement kept")
     args = parser.parse_args()
     if args.from_junit:
         BEFORE.parent.mkdir(exist_ok=True)
         BEFORE.write_text(json.dumps(_from_junit(args.from_junit, args.ids), indent=1))
         print(f"wrote {BEFORE}")
         return
-    runs = []
-    for i in range(args.runs):
+    runs = [_read(folder) for folder in args.read or []]
+    for i in range(0 if args.read else args.runs):
         scratch = Path(tempfile.mkdtemp(prefix="pax-ci-times-"))
         print(f"run {i + 1} of {args.runs}: bash .ci/run in a clean clone in {scratch}",
               flush=True)
