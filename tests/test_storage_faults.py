@@ -41,12 +41,18 @@ def _unshare() -> list[str] | None:
 UNSHARE = _unshare()
 needs_mounts = pytest.mark.skipif(UNSHARE is None, reason="no private mount namespace here")
 
+def _retried(command: str) -> str:
+    """``command`` tried again until it succeeds (at most 100 times): a save in flight makes a
+    remount read-only fail as busy, and a removal meet files just written."""
+    return f"for _ in $(seq 100); do {command} 2>/dev/null && break; sleep 0.05; done"
+
+
 # While the run trains: make its storage fail, then time how long it takes to end.
 FAULTS = {
     "the disk fills": "dd if=/dev/zero of=$DISK/filler bs=1M count=64 2>/dev/null",
     "the checkpoints turn read-only": "mount --bind $JOB/checkpoints $JOB/checkpoints && "
-                                      "mount -o remount,ro,bind $JOB/checkpoints",
-    "the checkpoints are removed": "rm -rf $JOB/checkpoints",
+                                      + _retried("mount -o remount,ro,bind $JOB/checkpoints"),
+    "the checkpoints are removed": _retried("rm -rf $JOB/checkpoints"),
 }
 
 
