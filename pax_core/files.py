@@ -53,10 +53,13 @@ REMOTE = ("gs",)
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 
 
+CACHE_DIR_VAR = "PAX_CACHE_DIR"
+
+
 def cache_dir() -> Path:
     """Pax's cache directory (a CPU's measured peak, compiled programs): ``PAX_CACHE_DIR``,
     else the user's cache directory."""
-    return Path(os.environ.get("PAX_CACHE_DIR") or platformdirs.user_cache_dir("pax"))
+    return Path(os.environ.get(CACHE_DIR_VAR) or platformdirs.user_cache_dir("pax"))
 
 
 def job_path(text: str | os.PathLike) -> Any:

@@ -40,10 +40,14 @@ def _unshare() -> list[str] | None:
 
 UNSHARE = _unshare()
 needs_mounts = pytest.mark.skipif(UNSHARE is None, reason="no private mount namespace here")
+# A run that goes on this long after its storage failed is stopped: the test fails on its
+# time, not on the whole case's timeout.
+STOP_SEC = 120
+
 
 def _retried(command: str) -> str:
     """``command`` tried again until it succeeds (at most 100 times): a save in flight makes a
-    remount read-only fail as busy, and a removal meet files just written."""
+    remount read-only fail as busy, and a removal can meet files just written."""
     return f"for _ in $(seq 100); do {command} 2>/dev/null && break; sleep 0.05; done"
 
 
@@ -54,9 +58,6 @@ FAULTS = {
                                       + _retried("mount -o remount,ro,bind $JOB/checkpoints"),
     "the checkpoints are removed": _retried("rm -rf $JOB/checkpoints"),
 }
-
-
-STOP_SEC = 120
 
 
 def _in_namespace(tmp_path: Path, body: str) -> None:
@@ -91,8 +92,6 @@ def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
         done
         {FAULTS[fault]}
         START=$(date +%s.%N)
-        # A run that goes on past STOP_SEC is stopped, so the test fails on its time, not on
-        # the whole case's timeout.
         ( sleep {STOP_SEC}; kill -9 $RUN 2>/dev/null ) & WATCH=$!
         wait $RUN; echo $? > $OUT/status; kill $WATCH 2>/dev/null
         echo "$(date +%s.%N) - $START" | bc > $OUT/seconds

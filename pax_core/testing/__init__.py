@@ -47,7 +47,7 @@ from typing import Any
 
 import pytest
 
-from pax_core.files import job_path
+from pax_core.files import CACHE_DIR_VAR, job_path
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.testing.conformance import PluginConformance, parametrize_conformance
 from pax_core.testing.faults import (
@@ -150,21 +150,18 @@ def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
-RUN_CACHE_VAR = "PAX_CACHE_DIR"
-
-
 def pytest_configure(config: pytest.Config) -> None:
     """Give the test run a cache folder of its own, made by the process that starts the run and
     inherited by its xdist workers and by every ``pax`` command a test starts: a program one
     process compiled is read from disk by the others, and nothing an earlier run left is read.
     A ``PAX_CACHE_DIR`` already set (a worker's, or the user's) is kept."""
-    if os.environ.get(RUN_CACHE_VAR):
+    if os.environ.get(CACHE_DIR_VAR):
         return
     folder = tempfile.mkdtemp(prefix="pax-test-run-")
-    os.environ[RUN_CACHE_VAR] = folder
+    os.environ[CACHE_DIR_VAR] = folder
 
     def remove() -> None:
-        os.environ.pop(RUN_CACHE_VAR, None)
+        os.environ.pop(CACHE_DIR_VAR, None)
         shutil.rmtree(folder, ignore_errors=True)
 
     config.add_cleanup(remove)
