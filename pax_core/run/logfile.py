@@ -4,8 +4,10 @@ Orbax and the other libraries built on absl log each failure of a save thread as
 a traceback, several times over; on the console that buries the one line Pax prints about it.
 For the length of a run their records (WARNING and above) are written to the job's log file
 instead. The ``pax`` command also turns a background thread that dies, or a clean-up that
-fails at exit, into one warning line (the traceback goes to the log file); the coroutines
-such a failure leaves never awaited go to the log file only. For a ``gs://`` job
+fails at exit, into one warning line (the traceback goes to the log file). Once a run has
+failed, and said so in its one line, what its libraries' writes still in flight report as they
+end (a failed save's other writes, its coroutines never awaited) goes to the log file only. For
+a ``gs://`` job
 the file is written locally and uploaded when the run ends (an object cannot be appended to).
 """
 
@@ -32,6 +34,7 @@ BACKGROUND = logging.getLogger("pax.background")
 BACKGROUND.addHandler(logging.NullHandler())  # outside a run: the warning line only
 BACKGROUND.propagate = False
 _current: list[Any] = []
+_failed: list[Any] = []  # the log files of runs that ended by an exception
 
 
 class _FileHandler(logging.FileHandler):
@@ -68,6 +71,7 @@ def library_logs(job_dir: Any, process: int) -> Iterator[Any]:
         yield final
     except BaseException:
         _current.remove(final)
+        _failed.append(final)
         if staging:
             _upload(path, final)
         raise  # the handlers stay, for the records of threads still ending
@@ -94,7 +98,7 @@ def _upload(path: Path, final: Any) -> None:
 
 def report_background_failures() -> None:
     """Report a dying background thread or a failing clean-up as one warning per distinct
-    failure, instead of Python's traceback on stderr."""
+    failure, instead of Python's traceback on stderr; after a run failed, in its log only."""
     reported: set[str] = set()
 
     def report(what: str, error: BaseException | None, trace: TracebackType | None,
@@ -104,13 +108,15 @@ def report_background_failures() -> None:
             details = traceback.format_exception(type(error), error, trace)
             BACKGROUND.error("%s\n%s", line, "".join(details))
         key = once_as or line
+        if _failed and not _current:
+            return  # an echo of the failure the run reported
         if key not in reported:
             reported.add(key)
             warn(line + (f" (details in {_current[-1]})" if _current else ""))
 
     class _Tasks(logging.Handler):
         """asyncio's "exception was never retrieved": the other writes of a save that failed
-        (Orbax's), noticed when the process ends; one warning says so."""
+        (Orbax's), noticed when the process ends."""
 
         def emit(self, record: logging.LogRecord) -> None:
             error, trace = record.exc_info[1:] if record.exc_info else (None, None)
