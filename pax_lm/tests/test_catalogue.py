@@ -63,6 +63,9 @@ def test_experiment_builds_with_the_expected_parameter_count(host, ref):
     counted = sum(math.prod(x.shape) for x in jax.tree.leaves(shapes))
     assert counted == expected_params(decoder_fields(exp))
     assert exp.global_batch_size() >= 1
+    stated = re.search(r"([\d.]+)M-parameter", ref.help)  # what `pax experiments` says
+    if stated:
+        assert f"{counted / 1e6:.{len(stated[1].partition('.')[2])}f}" == stated[1], counted
 
 
 @pytest.mark.parametrize("name", ["LmCloudSpmd2B", "LmCloudSpmd32B", "LmCloudSpmd128B",
@@ -97,6 +100,15 @@ def test_mlperf_schedule_follows_the_global_batch(host):
     optimizer = exp.task().train.learner.optimizer
     assert (optimizer.learning_rate, optimizer.lr_schedule.warmup_steps,
             optimizer.lr_schedule.decay_end) == (3e-5, 100, 40725)
+
+
+def test_mlperf_constants_the_user_sets_are_kept(host):
+    job = resolve(host, "C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas", None,
+                  ["LEARNING_RATE=1e-4", "LR_COS_WARMUP=50"]).config
+    optimizer = job.task.train.learner.optimizer
+    assert (optimizer.learning_rate, optimizer.lr_schedule.warmup_steps,
+            optimizer.lr_schedule.decay_start, optimizer.lr_schedule.decay_end) == (
+        1e-4, 50, 51, 40725)
 
 
 def test_old_readme_name_is_an_alias(host):

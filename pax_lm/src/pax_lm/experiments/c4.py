@@ -204,21 +204,32 @@ class C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas(C4SpmdPipelineGpt3AdamOrgHP):
 
 
 class C4SpmdPipelineGpt3AdamMLPerfHP(C4SpmdPipelineGpt3AdamOrgHP):
-    """MLPerf hyper-parameters: learning rate and schedule follow the global batch."""
+    """MLPerf hyper-parameters: learning rate and schedule follow the global batch.
+
+    Each of the four constants left None takes MLPerf's value for the global batch; one the
+    user sets (``--set LEARNING_RATE=...``) is kept."""
 
     VOCAB_SIZE = 51200
     SUMMARY_INTERVAL_STEPS = 1
     CHECKPOINT_MAX_TO_KEEP = 100
+    LEARNING_RATE: float | None = None  # 2e-5 up to a global batch of 3584, else 3e-5
+    LR_COS_WARMUP: int | None = None  # 265 steps at a batch of 1536, scaled
+    LR_COS_DECAY_START: int | None = None  # the step after the warm-up
+    LR_COS_DECAY_END: int | None = None  # 108600 steps at a batch of 1536, scaled
 
     def task(self):
         batch = self.global_batch_size()
         if batch > 8192:
             raise ValueError(f"MLPerf GPT-3 hyper-parameters are defined up to a global batch of "
                              f"8192, not {batch}")
-        self.LEARNING_RATE = 2e-5 if batch <= 3584 else 3e-5
-        self.LR_COS_WARMUP = math.ceil(265 * 1536 / batch)
-        self.LR_COS_DECAY_START = self.LR_COS_WARMUP + 1
-        self.LR_COS_DECAY_END = math.ceil(108600 * 1536 / batch)
+        if self.LEARNING_RATE is None:
+            self.LEARNING_RATE = 2e-5 if batch <= 3584 else 3e-5
+        if self.LR_COS_WARMUP is None:
+            self.LR_COS_WARMUP = math.ceil(265 * 1536 / batch)
+        if self.LR_COS_DECAY_START is None:
+            self.LR_COS_DECAY_START = self.LR_COS_WARMUP + 1
+        if self.LR_COS_DECAY_END is None:
+            self.LR_COS_DECAY_END = math.ceil(108600 * 1536 / batch)
         return super().task()
 
 

@@ -63,7 +63,7 @@ def _ref(module: str, name: str) -> ExperimentRef:
 EXPERIMENTS: list[ExperimentRef] = [
     *(_ref(module, name) for module, names in _BY_MODULE.items() for name in names),
     ExperimentRef("QuickStartLm", "pax_lm.experiments.quickstart:QuickStartLm",
-                  "3M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
+                  "1.8M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
     ExperimentRef("TinyPipelinedLmForTests",
