@@ -93,7 +93,7 @@ class OrbaxCheckpointer(Checkpointer):
                 warn(f"removed the unfinished save of step {path.name.split('.')[0]} in {root} "
                      f"(the run that wrote it stopped before it was complete)")
 
-    def _failed(self, what: str, error: Exception) -> Exception:
+    def _failed(self, what: str, step: int, error: Exception) -> Exception:
         """What to raise for a save that failed: a storage failure as one line (its unfinished
         folder removed, which also gives back the space), anything else as is."""
         found = storage_failure(error, self.directory, removed=self._replaced())
@@ -101,13 +101,19 @@ class OrbaxCheckpointer(Checkpointer):
             return error
         cause, remedy = found
         self._remove_unfinished(announce=False)
+        with contextlib.suppress(Exception):  # what is on disk now is what a resume restores:
+            self._manager.reload()  # a save can fail after its step was committed
         intact = [s for s in self._manager.all_steps() if (self._root / str(s)).is_dir()]
-        kept = (f"the newest complete checkpoint, step {max(intact)}, is intact" if intact
-                else "no complete checkpoint is left")
+        if intact and max(intact) == step:  # committed; removing older steps after it failed
+            kept = f"step {step} itself is complete (what failed came after it)"
+        elif intact:
+            kept = f"the newest complete checkpoint, step {max(intact)}, is intact"
+        else:
+            kept = "no complete checkpoint is left"
         return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
                         f"{remedy}, then run the same command to resume")
 
-    def _guarded(self, what: str, action: Callable[[], Any]) -> Any:
+    def _guarded(self, what: str, step: int, action: Callable[[], Any]) -> Any:
         """``action()``; when it fails, the saves still in flight are waited for (so that no
         thread writes on after the run has stopped) and dropped."""
         try:
@@ -116,7 +122,7 @@ class OrbaxCheckpointer(Checkpointer):
             with contextlib.suppress(Exception):
                 self._manager.wait_until_finished()
             self._unrecorded = []
-            failure = self._failed(what, e)
+            failure = self._failed(what, step, e)
             if failure is e:
                 raise
             raise failure from e
@@ -142,7 +148,7 @@ class OrbaxCheckpointer(Checkpointer):
             input=self._ocp.args.JsonSave(input_state),
         )
         in_flight = self._unrecorded[0] if self._unrecorded else step
-        started = self._guarded(f"checkpoint step {in_flight}",
+        started = self._guarded(f"checkpoint step {in_flight}", in_flight,
                                 lambda: self._manager.save(step, args=args, force=True))
         self._record_committed()  # starting this save waited for the earlier ones
         if started:
@@ -152,7 +158,7 @@ class OrbaxCheckpointer(Checkpointer):
     def _record_committed(self) -> None:
         if self._primary:
             for step in self._unrecorded:
-                self._guarded(f"the checksums of checkpoint step {step}",
+                self._guarded(f"the checksums of checkpoint step {step}", step,
                               lambda s=step: integrity.record(self._root / str(s)))
         self._unrecorded = []
 
@@ -179,7 +185,7 @@ class OrbaxCheckpointer(Checkpointer):
 
     def wait(self) -> None:
         if self._unrecorded:
-            self._guarded(f"checkpoint step {self._unrecorded[0]}",
+            self._guarded(f"checkpoint step {self._unrecorded[0]}", self._unrecorded[0],
                           self._manager.wait_until_finished)
         self._record_committed()
 
