@@ -11,6 +11,8 @@ import glob
 import os
 import shutil
 import subprocess
+import tomllib
+from pathlib import Path
 
 import nox
 
@@ -18,10 +20,23 @@ nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv"
 
-PACKAGES = ["-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "plugins/pax_pipeline",
-            "-e", "plugins/pax_multislice", "-e", "plugins/pax_gpu",
-            "-e", "pax_lm[corpus,parquet]", "-e", "pax_vision[digits]", "-e", "pax_speech[test]",
-            "-e", "tests/plugins/pax_testplugin"]
+# The repository's packages (pyproject.toml's [tool.pax]); the `tests` session installs those
+# without a session of their own.
+ALL_PACKAGES = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["pax"]["packages"]
+PACKAGES = [arg for p in ALL_PACKAGES if p.get("session", "tests") == "tests"
+            for arg in ("-e", p["install"])]
+
+
+def _own(session: str) -> list[str]:
+    """``-e`` and the installation of the packages tested in ``session`` alone."""
+    return [arg for p in ALL_PACKAGES if p.get("session") == session
+            for arg in ("-e", p["install"])]
+
+
+def _own_tests(session: str) -> list[str]:
+    """The tests of the packages tested in ``session`` alone."""
+    return [p["tests"] for p in ALL_PACKAGES if p.get("session") == session]
+
 BENCH_PACKAGES = [".", "./plugins/pax_transformer", "./plugins/pax_pipeline", "./pax_lm[corpus]"]
 
 
@@ -115,10 +130,10 @@ def seqio(session: nox.Session) -> None:
     including a `pax train` of pax-lm's tiny model on a SeqIO task (about 4 minutes on 2 cores,
     the installation included). No other session installs pax-seqio."""
     session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
-                    "-e", "plugins/pax_seqio")
+                    *_own("seqio"))
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
-                "plugins/pax_seqio/tests",
+                *_own_tests("seqio"),
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
@@ -128,10 +143,10 @@ def ray(session: nox.Session) -> None:
     """pax-ray in an environment of its own, since Ray is large: its tests start a one-node
     Ray cluster on 127.0.0.1 and sweep through it (about 3 minutes on 2 cores, the
     installation included). No other session installs pax-ray."""
-    session.install("-e", ".[test]", "-e", "plugins/pax_ray[test]")
+    session.install("-e", ".[test]", *_own("ray"))
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
-                "plugins/pax_ray/tests",
+                *_own_tests("ray"),
                 *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 

@@ -27,7 +27,7 @@ class BenchLlama25M(QuickStartLm):
     SEPARATE_EMBEDDING = True
     SCALE_EMBEDDING = False
     MAX_SEQ_LEN = 256
-    PERCORE_BATCH_SIZE = 8
+    BATCH_SIZE = 8
 
 
 class BenchLm50M(QuickStartLm):
@@ -38,4 +38,4 @@ class BenchLm50M(QuickStartLm):
     HIDDEN_DIMS = 3072
     NUM_HEADS = 12
     DIMS_PER_HEAD = 64
-    PERCORE_BATCH_SIZE = 2
+    BATCH_SIZE = 2

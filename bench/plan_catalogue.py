@@ -19,7 +19,7 @@ import report
 
 SCRIPT = """
 import json, sys
-from pax_core.parallel import plan
+from pax_core.commands import plan
 from pax_core.plugins.host import PluginHost
 plan.use_fake_devices(int(sys.argv[1]))
 host = PluginHost()

@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.10.0"
+API_VERSION = "1.11.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -32,6 +32,7 @@ _EXPORTS: dict[str, str] = {
     "RunInfo": "pax_core.plugins.notify",
     # experiments and their configuration
     "Experiment": "pax_core.config.experiment",
+    "SingleTaskExperiment": "pax_core.config.single_task",
     "Task": "pax_core.config.task",
     "Train": "pax_core.config.task",
     "Learner": "pax_core.config.task",
@@ -83,7 +84,11 @@ _EXPORTS: dict[str, str] = {
     # commands that use a trained job, and the options they share with `pax train`
     "Run": "pax_core.run.build",
     "TrainState": "pax_core.run.state",
-    "restore_latest": "pax_core.run.commands",
+    "restore_latest": "pax_core.commands.jobs",
+    "job_command": "pax_core.cli.job_commands",
+    "JobRequest": "pax_core.cli.job_commands",
+    "Restored": "pax_core.cli.job_commands",
+    "require_files": "pax_core.cli.job_commands",
     "ExpOpt": "pax_core.cli.options",
     "JobDirOpt": "pax_core.cli.options",
     "JsonOpt": "pax_core.cli.options",

@@ -6,15 +6,12 @@ from typing import Any
 
 import fiddle as fdl
 
-from pax_core.config.experiment import Experiment
-from pax_core.config.optimizers import Adam
-from pax_core.config.schedules import LinearRampupCosineDecay
-from pax_core.config.task import Learner, Task, Train
+from pax_core.config.single_task import SingleTaskExperiment
 from pax_core.inputs.synthetic import SyntheticInput
 from pax_core.models.mlp import MlpClassifier
 
 
-class MlpSynthetic(Experiment):
+class MlpSynthetic(SingleTaskExperiment):
     """An MLP learns a fixed random linear teacher on Gaussian features.
 
     Accuracy climbs well above chance within a hundred steps; use it to check an installation,
@@ -26,28 +23,25 @@ class MlpSynthetic(Experiment):
     HIDDEN_DIMS = (64,)
     BATCH_SIZE = 64
     LEARNING_RATE = 3e-3
+    CLIP_GRADIENT_NORM_TO_VALUE = 1.0
+    LR_SCHEDULE = "linear_rampup_cosine_decay"
+    LR_COS_WARMUP: int | None = None  # None: a twentieth of the steps
+    LR_COS_MIN_RATIO = 0.1
     NUM_TRAIN_STEPS = 200
+    CHECKPOINT_EVERY_N_STEPS = 100
+    CHECKPOINT_MAX_TO_KEEP = 2
+    SUMMARY_INTERVAL_STEPS = 20
 
-    def task(self) -> fdl.Config[Task]:
-        warmup = max(1, self.NUM_TRAIN_STEPS // 20)
-        schedule = fdl.Config(LinearRampupCosineDecay, warmup_steps=warmup, decay_start=warmup,
-                              decay_end=self.NUM_TRAIN_STEPS, min_ratio=0.1)
-        optimizer = fdl.Config(Adam, learning_rate=self.LEARNING_RATE, lr_schedule=schedule,
-                               clip_gradient_norm_to_value=1.0)
-        return fdl.Config(
-            Task,
-            model=fdl.Config(MlpClassifier, num_classes=self.NUM_CLASSES,
-                             hidden_dims=self.HIDDEN_DIMS),
-            train=fdl.Config(
-                Train,
-                learner=fdl.Config(Learner, optimizer=optimizer),
-                num_train_steps=self.NUM_TRAIN_STEPS,
-                save_interval_steps=100,
-                save_max_to_keep=2,
-                summary_interval_steps=20,
-                eval_interval_steps=100,
-            ),
-        )
+    def derive_constants(self) -> None:
+        if self.LR_COS_WARMUP is None:
+            self.LR_COS_WARMUP = max(1, self.NUM_TRAIN_STEPS // 20)
+        if self.LR_COS_DECAY_START is None:
+            self.LR_COS_DECAY_START = self.LR_COS_WARMUP
+        super().derive_constants()
+
+    def model(self) -> fdl.Config[MlpClassifier]:
+        return fdl.Config(MlpClassifier, num_classes=self.NUM_CLASSES,
+                          hidden_dims=self.HIDDEN_DIMS)
 
     def search(self) -> Any:
         """``pax sweep --exp MlpSynthetic``: the learning rate and the width, judged by the
@@ -64,7 +58,7 @@ class MlpSynthetic(Experiment):
     def datasets(self) -> list[fdl.Config[SyntheticInput]]:
         def features(name: str, is_training: bool, seed: int):
             return fdl.Config(SyntheticInput, name=name, is_training=is_training, seed=seed,
-                              batch_size=self.BATCH_SIZE, kind="features",
+                              batch_size=self.global_batch_size(), kind="features",
                               feature_dim=self.FEATURE_DIM, num_classes=self.NUM_CLASSES,
                               eval_num_batches=4)
 

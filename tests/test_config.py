@@ -330,3 +330,34 @@ def test_experiment_needing_a_missing_plugin_says_which(host, tmp_path, monkeypa
             "experiment needs_plugin:Pipelined needs the pax-not-installed plugin, which is not "
             "installed (pip install pax-not-installed)")):
         resolve(host, "needs_plugin:Pipelined", None, [])
+
+
+def test_a_constant_answers_to_its_aliases_in_set_and_in_a_subclass():
+    from pax_core.examples import MlpSynthetic
+
+    class Renamed(MlpSynthetic):
+        constant_aliases = {"OLD_STEPS": "NUM_TRAIN_STEPS"}
+
+    class Subclass(Renamed):
+        OLD_STEPS = 7
+
+    assert Subclass.NUM_TRAIN_STEPS == 7 and "OLD_STEPS" not in vars(Subclass)
+    set_old = overrides.apply_constants(Renamed, overrides.parse(["OLD_STEPS=9"]))
+    assert set_old.NUM_TRAIN_STEPS == 9
+
+
+@pytest.mark.parametrize(("items", "message"), [
+    (["PERCORE_BATCH_SIZE=2"], "must set one of PERCORE_BATCH_SIZE and BATCH_SIZE, not both"),
+    (["BATCH_SIZE=None"], "must set one of PERCORE_BATCH_SIZE and BATCH_SIZE, not neither"),
+])
+def test_the_global_batch_is_one_of_two_constants(items, message):
+    with pytest.raises(UsageError, match=message):
+        resolve(isolated_host(), "MlpSynthetic", None, items)
+
+
+def test_per_core_batch_counts_the_devices():
+    import jax
+
+    config = resolve(isolated_host(), "MlpSynthetic", None,
+                     ["BATCH_SIZE=None", "PERCORE_BATCH_SIZE=2"]).config
+    assert config.datasets[0].batch_size == 2 * jax.device_count()

@@ -9,7 +9,7 @@ import pytest
 
 from pax_core.config.resolve import resolve
 from pax_core.run.build import build_run
-from pax_core.run.train_steps import TrainSteps
+from pax_core.run.compiled_steps import TrainSteps
 from pax_core.speed.flops import hardware_flops, loop_correction, step_flops
 from pax_core.testing import isolated_host
 
@@ -118,7 +118,7 @@ def test_each_batch_shape_gets_its_own_compiled_step_and_its_own_flops():
 def test_a_compile_for_analysis_counts_and_places_as_the_full_compile():
     """pax plan compiles without optimising the CPU's machine code (it never runs the program):
     the FLOPs, bytes and buffers it reports are those of the full compile."""
-    from pax_core.parallel.plan import ANALYSIS_ONLY
+    from pax_core.commands.plan import ANALYSIS_ONLY
 
     host = isolated_host()
     run = build_run(host, resolve(host, "MlpSynthetic", None, []), jax.devices(),

@@ -225,7 +225,7 @@ def test_launch_drops_gloo_messages_and_their_fragments_only():
     import io
     import threading
 
-    from pax_core.parallel import launch
+    from pax_core.commands import launch
 
     written = (b"before\n[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected "
                b"peer ranks is : \n1\n\nafter\n\n7\n")

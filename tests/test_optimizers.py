@@ -1,10 +1,10 @@
 """Pax's optimizers: Adafactor's arithmetic against Optax and against its formulas, Lion's
-sign updates, the parameter EMA and its use in evaluation, export and bad settings."""
+sign updates, the parameter EMA and its use in evaluation, export and bad settings; each chosen
+by name (``--set OPTIMIZER=...``) and learning."""
 
 from __future__ import annotations
 
 import json
-import textwrap
 
 import flax.linen as nn
 import jax
@@ -17,9 +17,17 @@ from jax.sharding import PartitionSpec
 
 from pax_core import Adafactor, Adam, Lion, Sgd
 from pax_core.config.schedules import LinearRampupCosineDecay
+from pax_core.config.single_task import OPTIMIZERS
 from pax_core.config.transforms import AdafactorState
 from pax_core.run.state import TrainState, ema_params, logical_axes
-from pax_core.testing import read_metrics, read_params, run_pax
+from pax_core.testing import (
+    first_batch_losses,
+    isolated_host,
+    read_metrics,
+    read_params,
+    run_pax,
+)
+from pax_core.testing.conformance import LEARNING_RATES, TRAIN_STEPS, going_down
 
 
 def _params(key=0):
@@ -157,55 +165,58 @@ def test_ema_averages_the_parameters_each_step_starts_from():
     ("decay_adam", 1.5, "decay_adam must be in (0, 1)"),
 ])
 def test_bad_optimizer_settings_are_one_line(tmp_path, field, value, message):
-    exp = _experiment(tmp_path, "Adafactor")
-    result = run_pax("train", "--exp", exp, "--job-dir", str(tmp_path / "job"),
+    result = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(tmp_path / "job"),
+                     "--set", "OPTIMIZER=adafactor",
                      "--set", f"task.train.learner.optimizer.{field}={value}")
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not (tmp_path / "job").exists()
 
 
-EXPERIMENT = '''
-import fiddle as fdl
-
-from pax_core import {optimizer}
-from pax_core.examples import MlpSynthetic
+def test_the_conformance_suite_tries_every_optimizer_of_the_table():
+    assert list(LEARNING_RATES) == list(OPTIMIZERS)
 
 
-class OptMlp(MlpSynthetic):
-    NUM_TRAIN_STEPS = 40
-
-    def task(self):
-        task = super().task()
-        task.train.learner.optimizer = fdl.Config({optimizer}, learning_rate=3e-3)
-        task.train.eval_interval_steps = 20
-        task.train.save_interval_steps = 20
-        return task
-'''
+@pytest.mark.parametrize("optimizer", list(LEARNING_RATES))
+def test_each_optimizer_trains_the_mlp(optimizer):
+    losses = first_batch_losses(
+        isolated_host(), "MlpSynthetic", None,
+        [f"OPTIMIZER={optimizer}", "LR_SCHEDULE=constant",
+         f"LEARNING_RATE={LEARNING_RATES[optimizer]}"], steps=TRAIN_STEPS)
+    assert going_down(losses), losses
 
 
-def _experiment(tmp_path, optimizer: str) -> str:
-    path = tmp_path / f"opt_{optimizer.lower()}.py"
-    path.write_text(textwrap.dedent(EXPERIMENT.format(optimizer=optimizer)))
-    return f"{path}:OptMlp"
+def test_an_unknown_optimizer_or_schedule_is_one_line(tmp_path):
+    for item, message in (("OPTIMIZER=adamw", "OPTIMIZER 'adamw' is not one of adam, "
+                           "adafactor, lion, sgd (did you mean adam?)"),
+                          ("LR_SCHEDULE=cosin", "LR_SCHEDULE 'cosin' is not one of constant, ")):
+        result = run_pax("train", "--exp", "MlpSynthetic", "--set", item,
+                         "--job-dir", str(tmp_path / "job"))
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr and not (tmp_path / "job").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("optimizer", ["Adafactor", "Lion"])
-def test_each_optimizer_trains_the_mlp(tmp_path, optimizer):
-    job = tmp_path / "job"
-    result = run_pax("train", "--exp", _experiment(tmp_path, optimizer), "--job-dir", str(job))
+def test_a_constant_the_chosen_optimizer_does_not_read_is_named(tmp_path):
+    result = run_pax("config", "--exp", "MlpSynthetic", "--set", "ADAFACTOR_BETA1=0.5",
+                     "--set", "LION_BETA1=0.5", "--set", "ADAM_BETA1=0.8")
     assert result.returncode == 0, result.stderr
-    losses = [r["loss"] for r in read_metrics(job) if r["kind"] == "train"]
-    assert losses[-1] < 0.8 * losses[0], losses
+    assert result.stderr.splitlines() == [
+        f"pax: warning: --set {name} changes nothing: experiment core/MlpSynthetic trains with "
+        f"OPTIMIZER adam and LR_SCHEDULE linear_rampup_cosine_decay, which do not read it"
+        for name in ("ADAFACTOR_BETA1", "LION_BETA1")]
+    assert "beta1 = 0.8" in result.stdout
+
+
+# A short run that evaluates and saves twice, keeping a moving average of the parameters.
+EMA_RUN = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=40",
+           "--set", "EVAL_INTERVAL_STEPS=20", "--set", "CHECKPOINT_EVERY_N_STEPS=20"]
 
 
 @pytest.mark.slow
 def test_eval_export_and_checkpoint_use_the_ema(tmp_path):
-    exp, job = _experiment(tmp_path, "Adam"), tmp_path / "job"
-    ema = ["--set", "task.train.learner.optimizer.ema_decay=0.9",
-           "--set", "task.train.eval_use_ema_states=True"]
-    result = run_pax("train", "--exp", exp, "--job-dir", str(job), *ema)
+    job = tmp_path / "job"
+    result = run_pax("train", *EMA_RUN, "--job-dir", str(job), "--set", "EMA_DECAY=0.9",
+                     "--set", "EVAL_USE_EMA_STATES=True")
     assert result.returncode == 0, result.stderr
     in_training = [r for r in read_metrics(job) if r["kind"] == "eval/test"][-1]
     ema_eval = run_pax("eval", "--job-dir", str(job), "--json")
@@ -226,7 +237,7 @@ def test_eval_export_and_checkpoint_use_the_ema(tmp_path):
     with ocp.StandardCheckpointer() as reader:
         saved = reader.restore(checkpoints / str(step) / "state")
         exported_params = reader.restore(tmp_path / "out" / "params")
-    [average] = [s["ema"] for s in saved["opt_state"] if "ema" in s]
+    [average] = [s["ema"] for s in saved["opt_state"] if isinstance(s, dict) and "ema" in s]
     for got, want in zip(jax.tree.leaves(exported_params), jax.tree.leaves(average), strict=True):
         np.testing.assert_array_equal(got, want)
     assert not np.array_equal(read_params(job)["['Dense_0']['kernel']"],
@@ -234,8 +245,8 @@ def test_eval_export_and_checkpoint_use_the_ema(tmp_path):
 
 
 def test_evaluating_an_ema_the_optimizer_does_not_keep_is_refused(tmp_path):
-    result = run_pax("train", "--exp", _experiment(tmp_path, "Adam"), "--job-dir",
-                     str(tmp_path / "job"), "--set", "task.train.eval_use_ema_states=True")
+    result = run_pax("train", *EMA_RUN, "--job-dir", str(tmp_path / "job"),
+                     "--set", "EVAL_USE_EMA_STATES=True")
     assert result.returncode == 2
     assert "set task.train.learner.optimizer.ema_decay" in result.stderr
     assert not (tmp_path / "job").exists()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+from repo_packages import PACKAGES
 
 import pax_core
 from pax_core import testing
@@ -25,36 +27,26 @@ ROOT = Path(__file__).resolve().parents[1]
 API = [
     "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
     "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "DistributedOptions",
-    "EarlyStopping", "ExpOpt",
-    "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt", "JsonOpt", "Learner",
-    "LinearRampupCosineDecay", "LinearRampupExponentialDecay", "LinearRampupPiecewiseConstant",
-    "Lion", "Logger", "MeshLayout",
-    "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt",
-    "PluginOpt", "Preset", "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Run", "RunError",
-    "RunInfo",
-    "SearchSpace", "SetOpt", "Sgd", "Spmd", "SyntheticInput", "Task", "TpuBackend", "Train",
-    "TrainState", "TrialRunner",
-    "UsageError", "__version__", "apply_presets", "axes", "dot_product_attention", "hookimpl",
-    "make_tf_example", "mean_across_shards", "parse_flags", "parse_tf_example",
-    "restore_latest", "tfds_split_files", "warn",
+    "EarlyStopping", "ExpOpt", "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt",
+    "JobRequest", "JsonOpt", "Learner", "LinearRampupCosineDecay", "LinearRampupExponentialDecay",
+    "LinearRampupPiecewiseConstant", "Lion", "Logger", "MeshLayout", "MlpClassifier",
+    "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Preset",
+    "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Restored", "Run", "RunError", "RunInfo",
+    "SearchSpace", "SetOpt", "Sgd", "SingleTaskExperiment", "Spmd", "SyntheticInput", "Task",
+    "TpuBackend", "Train", "TrainState", "TrialRunner", "UsageError", "__version__",
+    "apply_presets", "axes", "dot_product_attention", "hookimpl", "job_command", "make_tf_example",
+    "mean_across_shards", "parse_flags", "parse_tf_example", "require_files", "restore_latest",
+    "tfds_split_files", "warn",
 ]
 TESTING_API = [
-    "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run",
-    "cpu_mesh", "evaluate", "fault_trials", "isolated_host", "kill_and_compare", "kill_trials",
-    "pax_host", "plan", "read_metrics", "read_params", "register_plugin", "resolve", "run_pax",
-    "step_flops", "stop_once_saved", "train", "train_losses", "use_cpu_devices",
+    "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run", "cpu_mesh",
+    "evaluate", "fault_trials", "first_batch_losses", "isolated_host", "kill_and_compare",
+    "kill_trials", "pax_host", "plan", "read_metrics", "read_params", "register_plugin", "resolve",
+    "run_pax", "step_flops", "stop_once_saved", "train", "train_losses", "use_cpu_devices",
     "use_fake_devices",
 ]
-PLUGIN_SOURCES = ["pax_lm/src", "pax_vision/src", "pax_speech/src",
-                  "plugins/pax_transformer/src", "plugins/pax_pipeline/src",
-                  "plugins/pax_multislice/src", "plugins/pax_gpu/src",
-                  "plugins/pax_seqio/src", "plugins/pax_ray/src",
-                  "tests/plugins/pax_testplugin/src"]
-PLUGIN_TESTS = ["pax_lm/tests", "pax_vision/tests", "pax_speech/tests",
-                "plugins/pax_transformer/tests", "plugins/pax_pipeline/tests",
-                "plugins/pax_multislice/tests", "plugins/pax_gpu/tests",
-                "plugins/pax_seqio/tests", "plugins/pax_ray/tests",
-                "tests/plugins/pax_testplugin/tests"]
+PLUGIN_SOURCES = [p.source for p in PACKAGES if p.module != "pax_core"]
+PLUGIN_TESTS = [p.tests for p in PACKAGES if p.module != "pax_core"]
 
 
 def _installed(tmp_path: Path, name: str, source: str) -> dict[str, str]:
@@ -81,6 +73,15 @@ def test_the_public_surface_is_frozen():
         assert getattr(pax_core, name) is not None, name
     for name in TESTING_API:
         assert getattr(testing, name) is not None, name
+
+
+def test_the_plugin_guide_names_every_public_name():
+    guide = (ROOT / "docs" / "plugins.md").read_text()
+    table = guide[guide.index("| for | names |"):guide.index("## The hooks")]
+    named = set(re.findall(r"`([A-Za-z_]\w*)`", table))
+    assert set(API) - {"API_VERSION", "__version__"} <= named
+    assert set(TESTING_API) <= named
+    assert named - set(API) - set(TESTING_API) == set(), "names the API does not have"
 
 
 def test_api_version_is_semantic():
@@ -110,22 +111,34 @@ def test_a_renamed_name_warns_and_answers(monkeypatch):
     assert old is pax_core.ModelOutput
 
 
-def _pax_core_imports(path: Path) -> list[str]:
+def _imports(path: Path) -> list[str]:
+    """Every module ``path`` imports by its absolute name."""
     names = []
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith(
-                "pax_core"):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.append(node.module)
         elif isinstance(node, ast.Import):
-            names += [a.name for a in node.names if a.name.startswith("pax_core")]
+            names += [a.name for a in node.names]
     return names
+
+
+@pytest.mark.parametrize("package", [p for p in PACKAGES if p.module != "pax_core"],
+                         ids=lambda p: p.module)
+def test_packages_import_only_each_others_public_faces(package):
+    """A plugin package imports another package by its public face (``pax_transformer``),
+    never one of its modules (``pax_transformer.layers.attention``)."""
+    others = {p.module for p in PACKAGES} - {package.module, "pax_core"}
+    reaching = {f"{p.relative_to(ROOT)}: {m}"
+                for folder in (package.source, package.tests) for p in (ROOT / folder).rglob("*.py")
+                for m in _imports(p) if m.split(".")[0] in others and "." in m}
+    assert not reaching
 
 
 @pytest.mark.parametrize("source", PLUGIN_SOURCES + PLUGIN_TESTS)
 def test_plugins_import_only_the_public_api(source):
     allowed = {"pax_core", "pax_core.testing"} if source in PLUGIN_TESTS else {"pax_core"}
     reaching = {f"{p.relative_to(ROOT)}: {m}" for p in (ROOT / source).rglob("*.py")
-                for m in _pax_core_imports(p) if m not in allowed}
+                for m in _imports(p) if m.split(".")[0] == "pax_core" and m not in allowed}
     assert not reaching
 
 

@@ -35,7 +35,8 @@ def test_modality_package_is_complete_and_valid(tmp_path):
     plugin = (root / "src/pax_my_task/plugin.py").read_text()
     api = plugin.split('PAX_API = "')[1].split('"')[0]
     assert pax_core.API_VERSION in SpecifierSet(api)
-    assert "class MyTaskSine(Experiment)" in (root / "src/pax_my_task/experiments.py").read_text()
+    experiments = (root / "src/pax_my_task/experiments.py").read_text()
+    assert "class MyTaskSine(SingleTaskExperiment)" in experiments
 
 
 def test_backend_package_adds_a_registered_backend(tmp_path):

@@ -16,9 +16,9 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
 from pax_core import hookimpl
+from pax_core.commands import jobs as commands
 from pax_core.config.resolve import resolve
 from pax_core.errors import RunError, Stopped, UsageError
-from pax_core.run import commands
 from pax_core.run.build import build_run
 from pax_core.run.state import make_init_fn
 from pax_core.testing import isolated_host, register_plugin

@@ -128,8 +128,8 @@ def train_command(
     process_id: ProcessIdOpt = None,
 ) -> None:
     """Train an experiment, or resume it from the latest checkpoint in --job-dir."""
+    from pax_core.commands import jobs as commands
     from pax_core.parallel.processes import DistributedOptions
-    from pax_core.run import commands
     from pax_core.speed.profiling import parse_steps
 
     window = parse_steps(profile_steps) if profile_steps is not None else None
@@ -159,9 +159,9 @@ def eval_command(
 
     import jax
 
+    from pax_core.commands import jobs as commands
     from pax_core.loggers.console import format_line
     from pax_core.parallel.processes import DistributedOptions
-    from pax_core.run import commands
 
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
@@ -196,7 +196,7 @@ def export_command(
 
     import jax
 
-    from pax_core.run import export
+    from pax_core.commands import export
 
     record = export.export_params(_host(ctx), job_dir=job_dir, output=output, exp=exp,
                                   plugin=plugin, set_items=set_items or [], step=restore_step,
@@ -222,7 +222,7 @@ def plan_command(
     """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
     parameters, FLOPs and per-device memory."""
     from pax_core.cli import listing
-    from pax_core.parallel import plan as planning
+    from pax_core.commands import plan as planning
 
     host = _host(ctx)
     planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
@@ -249,7 +249,7 @@ def launch_command(
     port), the process count and its index, and its output is prefixed with [p<i>]. When one
     fails, the others are stopped; the exit code is the first failure's.
     """
-    from pax_core.parallel import launch
+    from pax_core.commands import launch
     from pax_core.parallel.processes import parse_count
 
     count = parse_count(processes, "--processes", 1)

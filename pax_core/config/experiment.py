@@ -9,7 +9,7 @@ the knobs: ``--set NUM_LAYERS=4`` makes a subclass with the new value before ``t
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 from pax_core import axes
 
@@ -37,6 +37,24 @@ class Experiment:
     CHECKPOINTER: str = "orbax"
     LOGGERS: tuple[str, ...] = ("console", "jsonl", "tensorboard")
     REQUIRED_PLUGINS: tuple[str, ...] = ()
+    # Other names a constant answers to, in ``--set`` and in a subclass's body: Pax's spelling
+    # of it, or the name an earlier release gave it (old name -> constant).
+    constant_aliases: ClassVar[dict[str, str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        aliases = cls.aliases()
+        for old in [name for name in vars(cls) if name in aliases]:
+            setattr(cls, aliases[old], vars(cls)[old])
+            delattr(cls, old)
+
+    @classmethod
+    def aliases(cls) -> dict[str, str]:
+        """Every alias of a constant, from this class and its bases."""
+        found: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):
+            found.update(vars(klass).get("constant_aliases", {}))
+        return found
 
     def task(self) -> Any:
         """Return ``fdl.Config(pax_core.config.task.Task, model=..., train=...)``."""

@@ -147,13 +147,15 @@ def apply_constants(cls: type, overrides: list[Override]) -> type:
     except Exception:
         hints = {}
     attrs: dict[str, Any] = {}
+    aliases = cls.aliases()
     for ov in overrides:
-        if ov.key not in constants:
+        key = aliases.get(ov.key, ov.key)
+        if key not in constants:
             raise UsageError(
                 f"--set {ov}: unknown field {ov.key} of experiment {cls.__name__}"
                 + _did_you_mean(ov.key, sorted(constants))
             )
-        attrs[ov.key] = _typed_value(ov, constants[ov.key], hints.get(ov.key, Any))
+        attrs[key] = _typed_value(ov, constants[key], hints.get(key, Any))
     if not attrs:
         return cls
     return type(cls.__name__, (cls,), {**attrs, "__module__": cls.__module__,

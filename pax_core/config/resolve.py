@@ -17,7 +17,7 @@ from fiddle.experimental import serialization
 from pax_core.config import lookup, overrides
 from pax_core.config.experiment import Experiment
 from pax_core.config.task import Job
-from pax_core.errors import PaxError, UsageError, first_line
+from pax_core.errors import PaxError, UsageError, first_line, warn
 from pax_core.files import job_path
 from pax_core.plugins.host import PluginHost
 
@@ -112,6 +112,12 @@ def choose(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
     _check_required_plugins(name, cls)
     parsed = overrides.parse(set_items)
     cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+    unread = getattr(cls, "unread_constants", None)
+    if unread:
+        aliases = cls.aliases()
+        for key in unread([aliases.get(o.key, o.key) for o in parsed if o.is_constant]):
+            warn(f"--set {key} changes nothing: experiment {name} trains with OPTIMIZER "
+                 f"{cls.OPTIMIZER} and LR_SCHEDULE {cls.LR_SCHEDULE}, which do not read it")
     return ChosenExperiment(name, cls(), parsed)
 
 

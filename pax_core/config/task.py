@@ -45,7 +45,8 @@ class Learner:
 
 @dataclasses.dataclass
 class EarlyStopping:
-    """Stop training once an eval metric reaches a target (Pax's ``TARGET_LOG_PPLX``).
+    """Stop training once an eval metric reaches a target (``EARLY_STOP_TARGET``; Pax's
+    ``TARGET_LOG_PPLX``).
 
     After each eval during training, ``metric`` of the eval dataset ``dataset`` (the first one
     when empty) is compared with ``target``: at or below it (at or above it with

@@ -46,7 +46,7 @@ import warnings
 from typing import TYPE_CHECKING, NoReturn
 
 from pax_core.errors import RunError, UsageError
-from pax_core.run.jobdir import library_versions
+from pax_core.plugins.versions import library_versions
 
 if TYPE_CHECKING:
     from pax_core.plugins.host import PluginHost

@@ -66,8 +66,11 @@ def pax_register_models() -> list[Component]:
     ``pax_core.ModelOutput``: the loss to minimise, weighted metrics, and the number of tokens
     the batch held. Optionally it counts its own training FLOPs for MFU:
     ``flops_per_step(batch_spec) -> float`` and a versioned ``flops_formula`` name (see
-    ``pax_core.models.output:ModelOutput``). An experiment usually configures the class directly
-    with ``fdl.Config(MyModel, ...)``; the registered name makes it listable.
+    ``pax_core.models.output:ModelOutput``). Models and inputs are a catalogue: an experiment
+    configures the class itself (``fdl.Config(MyModel, ...)``), and the registered name lists
+    it in ``pax plugins``. Register models only (a layer or a backbone is not one): the
+    conformance suite checks that each is the model of one of the plugin's experiments, whose
+    model it runs.
 
     Example::
 
@@ -102,9 +105,11 @@ def pax_register_partitioners() -> list[Component]:
 def pax_register_inputs() -> list[Component]:
     """Register input pipelines.
 
-    The factory is called with the keyword arguments of the experiment's dataset config and
-    returns a ``pax_core.Input``: an iterator over this process's share of each global batch
-    (a dict of numpy arrays) that can save and restore its position. Built in: ``synthetic``.
+    The factory is a ``pax_core.Input`` class: an iterator over this process's share of each
+    global batch (a dict of numpy arrays) that can save and restore its position. As models,
+    inputs are a catalogue: an experiment's ``datasets()`` configures the class itself, and the
+    name lists it (the conformance suite checks the class is an ``Input``). Built in:
+    ``synthetic``.
 
     Example::
 
@@ -232,7 +237,7 @@ def pax_register_commands() -> list[Component]:
 
         @hookimpl
         def pax_register_commands():
-            return [Component("decode", "pax_lm.commands.decode:app", "sample from an LM job")]
+            return [Component("decode", "pax_lm.commands.decode:decode", "sample from an LM job")]
     """
 
 

@@ -4,15 +4,20 @@ A plugin module declares ``PAX_API = ">=1.0,<2"`` (a PEP 440 specifier over
 ``pax_core.API_VERSION``). A plugin outside its range is refused before any of its hooks run,
 and ``pax plugins`` shows it as incompatible with both versions. A plugin that declares nothing
 is taken as it is: the range is how a published plugin protects its users, not a gate on
-throwaway plugins in tests.
+throwaway plugins in tests. The versions of the libraries a run depends on are read here too:
+a run records them, and the processes of a multi-process run compare them.
 """
 
 from __future__ import annotations
+
+import importlib.metadata
 
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import Version
 
 from pax_core import API_VERSION
+
+LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
 
 
 class IncompatiblePlugin(Exception):
@@ -40,3 +45,14 @@ def check_compatible(declared: str) -> None:
     if Version(API_VERSION) not in spec:
         raise IncompatiblePlugin(f"built for pax API {declared}, but this pax-core provides "
                                  f"API {API_VERSION}")
+
+
+def library_versions() -> dict[str, str]:
+    """The installed version of each of ``LIBRARIES`` ("not installed" for one that is not)."""
+    out = {}
+    for name in LIBRARIES:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out

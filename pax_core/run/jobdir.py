@@ -15,7 +15,6 @@ at a time is the user's to keep (``pax_core.files``).
 from __future__ import annotations
 
 import contextlib
-import importlib.metadata
 import json
 import os
 import sys
@@ -26,19 +25,9 @@ from typing import Any
 
 from pax_core.errors import PaxError, UsageError, first_line
 from pax_core.files import held, is_remote, job_path, probe_write, read_text, write_atomic
+from pax_core.plugins.versions import library_versions
 
-LIBRARIES = ("pax-core", "jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "fiddle")
 RUN_KEYS = ("experiment", "overrides")
-
-
-def library_versions() -> dict[str, str]:
-    out = {}
-    for name in LIBRARIES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
 
 
 def _damaged(path: Path, line: int, what: str) -> UsageError:

@@ -4,7 +4,7 @@ It dispatches steps without waiting for them: metrics stay on the device until a
 and the host only blocks on a step ``max_inflight_steps`` behind the newest, which bounds memory
 without stalling the device. The step is compiled ahead of time, before the first batch is read,
 which also gives the compiled program's FLOPs for HFU (and again for each further batch shape an
-input gives: ``pax_core.run.train_steps``). Every summary reports speed (steps/s,
+input gives: ``pax_core.run.compiled_steps``). Every summary reports speed (steps/s,
 MFU, HFU) and where the time went (``pax_core.speed.clock``). A SIGTERM or Ctrl-C finishes the
 current step, saves a checkpoint and stops cleanly; running the same command again resumes.
 """
@@ -27,10 +27,10 @@ from pax_core.loggers.console import format_value
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
 from pax_core.run.build import Run
+from pax_core.run.compiled_steps import TrainSteps
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.host_memory import release_freed_memory
 from pax_core.run.state import TrainState, count_params
-from pax_core.run.train_steps import TrainSteps
 from pax_core.speed.clock import StepClock, Utilisation, process_age
 from pax_core.speed.peak import device_peak
 from pax_core.speed.profiling import StepProfiler

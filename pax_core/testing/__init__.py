@@ -26,7 +26,8 @@
   a config), ``build_run`` (a resolved experiment placed on devices, nothing allocated),
   ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
   ``use_fake_devices(n)`` in a fresh process), ``step_flops`` (model and hardware FLOPs of a
-  compiled step).
+  compiled step), ``first_batch_losses`` (the loss of a few training steps on one batch: does a
+  configuration learn?).
 
 Importing this module does not import JAX.
 """
@@ -35,20 +36,17 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from pax_core.files import CACHE_DIR_VAR, job_path
+from pax_core.files import CACHE_DIR_VAR
 from pax_core.plugins.host import PluginHost, PluginSelection
+from pax_core.testing.commands import read_metrics, run_pax
 from pax_core.testing.conformance import PluginConformance, parametrize_conformance
 from pax_core.testing.faults import (
     KillTrials,
@@ -65,11 +63,12 @@ from pax_core.testing.faults import (
 _LENT = {
     "resolve": "pax_core.config.resolve",
     "build_run": "pax_core.run.build",
-    "train": "pax_core.run.commands",
-    "evaluate": "pax_core.run.commands",
-    "plan": "pax_core.parallel.plan",
-    "use_fake_devices": "pax_core.parallel.plan",
+    "train": "pax_core.commands.jobs",
+    "evaluate": "pax_core.commands.jobs",
+    "plan": "pax_core.commands.plan",
+    "use_fake_devices": "pax_core.commands.plan",
     "step_flops": "pax_core.speed.flops",
+    "first_batch_losses": "pax_core.testing.training",
 }
 
 __all__ = [  # noqa: RUF022 (the lent names last)
@@ -77,7 +76,8 @@ __all__ = [  # noqa: RUF022 (the lent names last)
     "fault_trials", "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
     "use_cpu_devices",
-    "build_run", "evaluate", "plan", "resolve", "step_flops", "train", "use_fake_devices",
+    "build_run", "evaluate", "first_batch_losses", "plan", "resolve", "step_flops", "train",
+    "use_fake_devices",
 ]
 
 
@@ -132,22 +132,6 @@ def cpu_mesh(shape: Sequence[int], axis_names: Sequence[str]):
         raise RuntimeError(f"need {size} devices, JAX has {len(devices)}; call "
                            f"use_cpu_devices({size}) before JAX is imported")
     return Mesh(np.asarray(devices[:size]).reshape(shape), tuple(axis_names))
-
-
-def run_pax(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``pax ARGS`` from this interpreter's environment; a traceback fails the test (a user
-    mistake must be one line, and a crash is a bug)."""
-    pax = Path(sys.executable).with_name("pax")
-    result = subprocess.run([str(pax), *args], capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
-
-
-def read_metrics(job_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """Every record of ``JOB_DIR/metrics.jsonl`` (local or ``gs://``), in order."""
-    lines = (job_path(job_dir) / "metrics.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines]
 
 
 def pytest_configure(config: pytest.Config) -> None:

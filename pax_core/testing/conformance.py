@@ -13,13 +13,17 @@ against the installed plugin as ``pax`` would load it:
 * the plugin is active, and declares the API range it was built for;
 * every registration imports, and those the core builds without arguments (partitioners,
   backends), with a job directory (loggers) or a directory and settings (checkpointers) build;
-  every command is a typer app or a function;
+  every registered model is the model of one of the plugin's experiments (whose model the
+  suite runs), every input a ``pax_core.Input``, every command a typer app or a function;
 * every experiment (``experiments``: all, or the names given) resolves and its config builds;
 * its model returns a ``ModelOutput`` with a scalar loss on a batch of its training input's
   shapes (``jax.eval_shape``, so full-size models cost nothing);
 * every dataset's position saves as JSON and restores to the same next batch;
 * ``pax plan`` compiles each of ``plan_experiments`` (default: the same experiments) on fake
-  devices of its mesh, in a subprocess as a user runs it.
+  devices of its mesh, in a subprocess as a user runs it;
+* every optimizer of the core (``--set OPTIMIZER=...``) drives the training loss of
+  ``trained_experiment`` (a tiny one, when named) down within a few steps, with the ``--set``
+  items of the ``trained_settings`` fixture (where its data is, say).
 
 Experiments that need a plugin which is not installed are skipped, and so are input checks whose
 data is not on this machine, each with the reason.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import json
 from collections.abc import Sequence
 from typing import Any
@@ -38,6 +43,18 @@ import pytest
 from pax_core.checkpointers.base import CheckpointSettings
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
+
+# Each optimizer of the core (OPTIMIZER's table; a test checks this covers it), and a learning
+# rate it learns a tiny model with at a constant rate.
+LEARNING_RATES = {"adam": 3e-3, "adafactor": 3e-3, "lion": 3e-3, "sgd": 0.03}
+TRAIN_STEPS = 8
+
+
+def going_down(losses: Sequence[float]) -> bool:
+    """Whether training losses fall: the last below the first, and at least three steps in four
+    lowering the loss (a wrongly wired optimizer leaves them flat, or climbing)."""
+    falls = sum(later < earlier for earlier, later in itertools.pairwise(losses))
+    return losses[-1] < losses[0] and falls >= 0.75 * (len(losses) - 1)
 
 
 @functools.cache
@@ -69,6 +86,8 @@ def parametrize_conformance(metafunc: pytest.Metafunc) -> None:
         names = _experiments(cls.plugin, cls.plan_experiments if cls.plan_experiments is not None
                              else cls.experiments)
         metafunc.parametrize("planned_experiment", names)
+    if "optimizer" in metafunc.fixturenames:
+        metafunc.parametrize("optimizer", list(LEARNING_RATES) if cls.trained_experiment else [])
 
 
 def _resolve(host: PluginHost, plugin: str, experiment: str):
@@ -80,6 +99,20 @@ def _resolve(host: PluginHost, plugin: str, experiment: str):
         if "plugin, which is not installed" in str(e):
             pytest.skip(str(e))
         raise
+
+
+@functools.cache
+def _experiment_models(plugin: str) -> tuple[Any, ...]:
+    """The model classes of the plugin's experiments (those that resolve here)."""
+    import fiddle as fdl
+
+    from pax_core.config.resolve import resolve
+
+    models = []
+    for name in _experiments(plugin, None):
+        with contextlib.suppress(UsageError):  # it needs a plugin that is not installed
+            models.append(fdl.get_callable(resolve(_host(), name, plugin, []).config.task.model))
+    return tuple(models)
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
@@ -94,11 +127,17 @@ class PluginConformance:
     plugin: str = ""
     experiments: Sequence[str] | None = None
     plan_experiments: Sequence[str] | None = None
+    trained_experiment: str | None = None
 
     @pytest.fixture(scope="class")
     @classmethod
     def host(cls) -> PluginHost:
         return _host()
+
+    @pytest.fixture
+    def trained_settings(self) -> list[str]:
+        """``--set`` items ``trained_experiment`` trains with (override to give its data)."""
+        return []
 
     def test_plugin_is_active_and_declares_its_api(self, host: PluginHost) -> None:
         record = host.require(self.plugin)
@@ -116,7 +155,16 @@ class PluginConformance:
             entry.build(str(tmp_path)).close()
         elif kind == "checkpointers":
             entry.build(str(tmp_path / "checkpoints"), CheckpointSettings(1, 1)).close()
-        else:  # models, inputs, experiments, commands: classes, functions or typer apps
+        elif kind == "models":
+            assert factory in _experiment_models(self.plugin), (
+                f"model '{name}' is the model of none of plugin '{self.plugin}''s experiments: "
+                f"register the models an experiment trains (layers are not models)")
+        elif kind == "inputs":
+            from pax_core.inputs.base import Input
+
+            assert isinstance(factory, type) and issubclass(factory, Input), (
+                f"input '{name}' is not a pax_core.Input class: {factory!r}")
+        else:  # experiments, commands: classes, functions or typer apps
             assert callable(factory), f"{kind[:-1]} '{name}' is not callable: {factory!r}"
 
     def test_experiment_resolves_and_builds(self, host: PluginHost, experiment: str) -> None:
@@ -164,7 +212,7 @@ class PluginConformance:
             assert _same(data.get_next(), expected), f"input '{data.name}' did not resume"
 
     def test_plan_compiles(self, planned_experiment: str) -> None:
-        from pax_core.testing import run_pax
+        from pax_core.testing.commands import run_pax
 
         result = run_pax("plan", "--plugin", self.plugin, "--exp", planned_experiment, "--json",
                          timeout=600)
@@ -172,3 +220,13 @@ class PluginConformance:
             pytest.skip(result.stderr.strip())
         assert result.returncode == 0, result.stderr
         assert json.loads(result.stdout)["params"] > 0
+
+    def test_every_optimizer_learns(self, host: PluginHost, optimizer: str,
+                                    trained_settings: list[str]) -> None:
+        from pax_core.testing.training import first_batch_losses
+
+        losses = first_batch_losses(
+            host, self.trained_experiment, self.plugin,
+            [*trained_settings, f"OPTIMIZER={optimizer}", "LR_SCHEDULE=constant",
+             f"LEARNING_RATE={LEARNING_RATES[optimizer]}"], steps=TRAIN_STEPS)
+        assert going_down(losses), f"{optimizer}: losses {losses}"

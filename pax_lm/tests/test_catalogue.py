@@ -149,3 +149,9 @@ def test_model_sizes_are_defined_once_and_all_used():
         if path.name not in ("sizes.py", "base.py"):  # base.py: the mixin's defaults
             assert not re.search(r"^    MODEL_DIMS = ", text, re.M), f"{path.name} sets a size"
     assert used == set(sizes.SIZES)
+
+
+def test_paxs_target_log_pplx_sets_the_early_stop_target(host):
+    stop = resolve(host, "C4Spmd1BAdam4Replicas", None,
+                   ["TARGET_LOG_PPLX=3.5"]).config.task.train.early_stopping
+    assert (stop.metric, stop.target, stop.higher_is_better) == ("log_pplx", 3.5, False)

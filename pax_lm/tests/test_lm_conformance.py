@@ -12,3 +12,4 @@ class TestConformance(PluginConformance):
     experiments = ("TinyLmForTests", "QuickStartLm", "LmCloudSpmdTest", "LmCloudSpmd2B",
                    "LmCloudTransformerAdam", "C4Spmd1BAdam4Replicas", "LmCloudSpmdPipeline9B")
     plan_experiments = ("TinyLmForTests", "LmCloudSpmdTest")
+    trained_experiment = "TinyLmForTests"

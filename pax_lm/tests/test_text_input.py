@@ -8,9 +8,9 @@ import fiddle as fdl
 import numpy as np
 import pytest
 
-import pax_lm.inputs.corpus as corpus
+import pax_lm.corpus as corpus
 from pax_core import UsageError
-from pax_lm.inputs.corpus import default_corpus, read_documents
+from pax_lm.corpus import default_corpus, read_documents
 from pax_lm.inputs.text import TextInput, split_documents
 from pax_lm.tokenizers import ByteTokenizer
 

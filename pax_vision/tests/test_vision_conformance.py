@@ -7,3 +7,4 @@ from pax_core.testing import PluginConformance
 class TestConformance(PluginConformance):
     plugin = "vision"
     plan_experiments = ("TinyDigitsForTests",)
+    trained_experiment = "TinyDigitsForTests"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from pax_core import UsageError
+from pax_transformer import BatchNorm
 from pax_vision.layers.cnn import MnistCnn
-from pax_vision.layers.norm import BatchNorm
 from pax_vision.layers.resnet import ResidualBlock, ResNet
 from pax_vision.layers.vit import VisionTransformer
 from pax_vision.models import ImageClassifier

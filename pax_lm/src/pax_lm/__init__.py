@@ -1,2 +1,28 @@
 """Language modelling for Pax: the LM task, text inputs and tokenizers, decoding, and Pax's LM
-experiment catalogue under Pax's names."""
+experiment catalogue under Pax's names.
+
+The names below are pax-lm's public face, for other packages and for users' own experiments;
+each is imported on first use (PEP 562), so that ``pax plugins`` (which imports
+``pax_lm.plugin``) never imports JAX.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "LanguageModel": "pax_lm.models",
+    "TransformerLmExperiment": "pax_lm.experiments.base",
+    "QuickStartLm": "pax_lm.experiments.quickstart",
+    "TinyLmForTests": "pax_lm.experiments.quickstart",
+    "TextInput": "pax_lm.inputs.text",
+    "TokensInput": "pax_lm.inputs.tokens",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'pax_lm' has no attribute {name!r}")

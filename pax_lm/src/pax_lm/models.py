@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from pax_core import ModelOutput
-from pax_transformer.models import FLOPS_FORMULA_VERSION, train_flops_per_token
+from pax_transformer import FLOPS_FORMULA_VERSION, train_flops_per_token
 
 
 class LanguageModel(nn.Module):

@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.4,<2"
+PAX_API = ">=1.11,<2"
 
 
 @hookimpl
@@ -25,7 +25,7 @@ def pax_register_inputs():
 @hookimpl
 def pax_register_commands():
     return [
-        Component("decode", "pax_lm.commands.decode:app",
+        Component("decode", "pax_lm.commands.decode:decode",
                   "continue a prompt from a trained LM job"),
         Component("tokenizer", "pax_lm.commands.tokenizer:app", "train a SentencePiece tokenizer"),
         Component("data", "pax_lm.commands.data:app",

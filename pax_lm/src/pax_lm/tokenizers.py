@@ -22,6 +22,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from pax_core import UsageError
+from pax_lm.corpus import read_documents
 
 
 class Tokenizer(abc.ABC):
@@ -299,7 +300,7 @@ def train_sentencepiece(
     """Train a SentencePiece model on local text; returns the path of ``<model_prefix>.model``
     (a ``.vocab`` file is written beside it).
 
-    ``source`` is a path (file or folder, read with ``pax_lm.inputs.corpus.read_documents``) or the
+    ``source`` is a path (file or folder, read with ``pax_lm.corpus.read_documents``) or the
     documents themselves. Each line of a document is one training sentence; more than
     ``max_sentences`` lines are subsampled (seeded) because training time grows with the text.
 
@@ -309,8 +310,6 @@ def train_sentencepiece(
     ``ByteTokenizer``'s first three. ``trainer_options`` go to ``SentencePieceTrainer.train``.
     """
     import sentencepiece
-
-    from pax_lm.inputs.corpus import read_documents
 
     if model_type not in MODEL_TYPES:
         raise UsageError(f"unknown SentencePiece model type {model_type!r}: use one of "

@@ -22,8 +22,9 @@ from pax_core import ModelOutput, UsageError, axes
 from pax_speech import decoding
 from pax_speech.layers import frontend
 from pax_speech.layers.conformer import ConformerConfig, ConformerEncoder, subsampled_lengths
-from pax_speech.layers.norm import MaskedBatchNorm
+from pax_speech.layers.norm import SPEECH_MOMENTUM
 from pax_speech.vocab import BLANK, ENGLISH
+from pax_transformer import BatchNorm
 
 FLOPS_FORMULA = "conformer-ctc-v1"
 NORMALISATIONS = ("utterance", "global")
@@ -79,7 +80,8 @@ class CtcRecognizer(nn.Module):
         if self.normalisation == "utterance":
             features = frontend.normalise(features, frames)
         elif self.normalisation == "global":
-            features = MaskedBatchNorm(affine=False, name="feature_norm")(features, mask, train)
+            features = BatchNorm(momentum=SPEECH_MOMENTUM, affine=False, channel_axis=axes.EMBED,
+                                 name="feature_norm")(features, train, mask)
             features = features * mask[..., None]
         else:
             raise UsageError(f"NORMALISATION must be one of {', '.join(NORMALISATIONS)}, got "

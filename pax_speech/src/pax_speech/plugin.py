@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_speech.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.6,<2"
+PAX_API = ">=1.11,<2"
 
 
 @hookimpl
@@ -24,7 +24,7 @@ def pax_register_inputs():
 def pax_register_commands():
     return [Component("speech", "pax_speech.commands.demo_data:app",
                       "speech data: make-demo-data speaks a small training set"),
-            Component("transcribe", "pax_speech.commands.transcribe:app",
+            Component("transcribe", "pax_speech.commands.transcribe:transcribe",
                       "transcripts of WAV/FLAC files by a trained recognizer")]
 
 

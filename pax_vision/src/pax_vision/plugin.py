@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_vision.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.5,<2"
+PAX_API = ">=1.11,<2"
 
 
 @hookimpl
@@ -28,7 +28,7 @@ def pax_register_inputs():
 
 @hookimpl
 def pax_register_commands():
-    return [Component("predict", "pax_vision.commands.predict:app",
+    return [Component("predict", "pax_vision.commands.predict:predict",
                       "the top classes of images by a trained classifier")]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_lm.experiments.quickstart import TinyLmForTests
+from pax_lm import TinyLmForTests
 from pax_seqio.inputs import SeqIOInput
 
 

@@ -1,7 +1,7 @@
 """Documents streamed from the files a user has: the sources of ``pax data prepare``.
 
 Kinds, by file name: plain text (``.txt``, one document, cut at blank lines when very large,
-as ``pax_lm.inputs.corpus`` does; read whole), JSON lines (``.jsonl``, ``.jsonl.gz``,
+as ``pax_lm.corpus`` does; read whole), JSON lines (``.jsonl``, ``.jsonl.gz``,
 ``.json.gz`` as C4's release ships them; one document a line, in a field), Parquet
 (``.parquet``; a column), and TFDS's ArrayRecord files
 (``NAME-SPLIT.array_record-00000-of-01024``, as ``tfds build`` writes ``c4/en``; one serialized
@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pax_core import UsageError
-from pax_lm.inputs.corpus import file_documents
+from pax_lm.corpus import file_documents
 
 TEXT, JSONL, PARQUET, TFDS = "text", "jsonl", "parquet", "tfds"
 PARQUET_EXTRA = 'pip install "pax-lm[parquet]"'

@@ -1,8 +1,9 @@
-"""The base of Pax's LM experiments: model, optimizer and schedule from UPPER_CASE constants.
+"""The base of Pax's LM experiments: the model from UPPER_CASE constants, on the core's skeleton.
 
 Constant names and defaults follow Pax (``TransformerLmSpmdAdafactor`` for the model and
 ``set_default_adam`` for the optimizer), so ``--set NUM_LAYERS=4`` or ``--set LEARNING_RATE=1e-4``
-mean what a Pax user expects. Subclasses choose the data by overriding ``datasets()``.
+mean what a Pax user expects; the optimizer, schedule and training constants are the core's
+(``pax_core.SingleTaskExperiment``). Subclasses choose the data by overriding ``datasets()``.
 """
 
 from __future__ import annotations
@@ -11,32 +12,22 @@ import math
 
 import fiddle as fdl
 
-from pax_core import (
-    Adafactor,
-    Adam,
-    Constant,
-    EarlyStopping,
-    Experiment,
-    Learner,
-    LinearRampupCosineDecay,
-    LinearRampupExponentialDecay,
-    SyntheticInput,
-    Task,
-    Train,
-    axes,
-)
+from pax_core import SingleTaskExperiment, SyntheticInput, axes
 from pax_lm.models import LanguageModel
-from pax_transformer.models import TransformerLm
+from pax_transformer import TransformerLm
 
 
-class TransformerLmExperiment(Experiment):
+class TransformerLmExperiment(SingleTaskExperiment):
     """A decoder-only LM trained with Adam; Pax's model-mixin defaults.
 
     Positions are sinusoidal unless ``USE_ROTARY_POSITION_EMB`` or
     ``TRAINABLE_POSITION_EMB`` is set (Pax's default position embedding). The global batch is
     ``PERCORE_BATCH_SIZE`` times the number of devices: the declared mesh's size, or every
-    device when no mesh is declared (Pax's pmap path).
+    device when no mesh is declared (Pax's pmap path). Early stopping watches the eval
+    log-perplexity (``EARLY_STOP_TARGET``, or Pax's ``TARGET_LOG_PPLX``).
     """
+
+    constant_aliases = {"TARGET_LOG_PPLX": "EARLY_STOP_TARGET"}
 
     # Model.
     NUM_LAYERS = 10
@@ -69,9 +60,7 @@ class TransformerLmExperiment(Experiment):
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
-    ADAM_BETA1 = 0.9
     ADAM_BETA2 = 0.99
-    ADAM_EPSILON = 1e-6
     ADAM_CLIP_THRESHOLD = 1.0
     WEIGHT_DECAY = 1e-3
     CLIP_GRADIENT_NORM_TO_VALUE = 5.0
@@ -80,37 +69,15 @@ class TransformerLmExperiment(Experiment):
     LR_LRED_DECAY_START = 4001
     LR_LRED_DECAY_END = 300000
     LR_LRED_MIN_RATIO = 0.1
-    LR_LRED_MAX = 1.0
     LR_COS_WARMUP = 4000
     LR_COS_DECAY_START = 4001
     LR_COS_DECAY_END = 300000
     LR_COS_MIN_RATIO = 0.1
-    LR_COS_MAX = 1.0
 
     # Training (Pax's SingleTask.Train defaults).
-    NUM_TRAIN_STEPS = 10_000_000
-    CHECKPOINT_EVERY_N_STEPS = 5000
-    CHECKPOINT_MAX_TO_KEEP = 10
-    TARGET_LOG_PPLX: float | None = None  # stop once eval log-perplexity is at or below it
-    SUMMARY_INTERVAL_STEPS = 100
-    EVAL_INTERVAL_STEPS = 100
-    PERCORE_BATCH_SIZE: float = 16
+    EARLY_STOP_METRIC = "log_pplx"
+    PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE: list[int] | None = [1, 1, 1]
-
-    def num_devices(self) -> int:
-        """Devices of the declared mesh, or all devices when none is declared."""
-        if self.ICI_MESH_SHAPE is None:
-            import jax
-
-            return jax.device_count()
-        return self.mesh_size()
-
-    def global_batch_size(self) -> int:
-        batch = self.PERCORE_BATCH_SIZE * self.num_devices()
-        if batch != int(batch) or batch < 1:
-            raise ValueError(f"PERCORE_BATCH_SIZE {self.PERCORE_BATCH_SIZE} x "
-                             f"{self.num_devices()} devices is not a whole batch")
-        return int(batch)
 
     def model_vocab_size(self) -> int:
         """``VOCAB_SIZE``, rounded up when the ``mdl`` mesh axis would not split it evenly (JAX
@@ -161,52 +128,8 @@ class TransformerLmExperiment(Experiment):
             fp8_amax_history=self.FP8_AMAX_HISTORY_LENGTH,
         )
 
-    def lr_schedule(self) -> fdl.Config:
-        if self.LR_SCHEDULE == "linear_rampup_exponential_decay":
-            return fdl.Config(LinearRampupExponentialDecay, warmup_steps=self.LR_LRED_WARMUP,
-                              decay_start=self.LR_LRED_DECAY_START,
-                              decay_end=self.LR_LRED_DECAY_END,
-                              min_ratio=self.LR_LRED_MIN_RATIO, max=self.LR_LRED_MAX)
-        if self.LR_SCHEDULE == "linear_rampup_cosine_decay":
-            return fdl.Config(LinearRampupCosineDecay, warmup_steps=self.LR_COS_WARMUP,
-                              decay_start=self.LR_COS_DECAY_START, decay_end=self.LR_COS_DECAY_END,
-                              min_ratio=self.LR_COS_MIN_RATIO, max=self.LR_COS_MAX)
-        if self.LR_SCHEDULE == "constant":
-            return fdl.Config(Constant)
-        raise ValueError(f"LR_SCHEDULE {self.LR_SCHEDULE!r} is not one of "
-                         f"linear_rampup_exponential_decay, linear_rampup_cosine_decay, constant")
-
-    def optimizer(self) -> fdl.Config:
-        """Pax's ``set_default_adam``; ``TransformerLmSpmdAdafactor`` has Pax's Adafactor."""
-        return fdl.Config(
-            Adam,
-            learning_rate=self.LEARNING_RATE,
-            lr_schedule=self.lr_schedule(),
-            beta1=self.ADAM_BETA1,
-            beta2=self.ADAM_BETA2,
-            epsilon=self.ADAM_EPSILON,
-            update_clip_threshold=self.ADAM_CLIP_THRESHOLD,
-            weight_decay=self.WEIGHT_DECAY,
-            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-        )
-
-    def task(self) -> fdl.Config[Task]:
-        return fdl.Config(
-            Task,
-            model=fdl.Config(LanguageModel, decoder=self.decoder()),
-            train=fdl.Config(
-                Train,
-                learner=fdl.Config(Learner, optimizer=self.optimizer()),
-                num_train_steps=self.NUM_TRAIN_STEPS,
-                save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
-                save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
-                summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
-                eval_interval_steps=self.EVAL_INTERVAL_STEPS,
-                early_stopping=(fdl.Config(EarlyStopping, metric="log_pplx",
-                                           target=self.TARGET_LOG_PPLX)
-                                if self.TARGET_LOG_PPLX is not None else None),
-            ),
-        )
+    def model(self) -> fdl.Config[LanguageModel]:
+        return fdl.Config(LanguageModel, decoder=self.decoder())
 
     def datasets(self) -> list[fdl.Config]:
         raise NotImplementedError(f"{type(self).__name__} must choose its data")
@@ -258,25 +181,6 @@ class TransformerLmSpmdAdafactor(TransformerLmExperiment):
     Combine it with a dataset mixin, e.g. ``class MyLm(SyntheticDataset,
     TransformerLmSpmdAdafactor)``."""
 
-    ADAFACTOR_DECAY_METHOD = "adam"
-    ADAFACTOR_DECAY_ADAM = 0.99
-    ADAFACTOR_DECAY_POW = 0.8
+    OPTIMIZER = "adafactor"
     ADAFACTOR_BETA1 = 0.9
-    ADAFACTOR_CLIPPING_THRESHOLD = 1.0
-    ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE = False
     LR_LRED_DECAY_END = 100000
-
-    def optimizer(self) -> fdl.Config:
-        return fdl.Config(
-            Adafactor,
-            learning_rate=self.LEARNING_RATE,
-            lr_schedule=self.lr_schedule(),
-            decay_method=self.ADAFACTOR_DECAY_METHOD,
-            decay_adam=self.ADAFACTOR_DECAY_ADAM,
-            decay_pow=self.ADAFACTOR_DECAY_POW,
-            beta1=self.ADAFACTOR_BETA1,
-            clipping_threshold=self.ADAFACTOR_CLIPPING_THRESHOLD,
-            multiply_by_parameter_scale=self.ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE,
-            weight_decay=self.WEIGHT_DECAY,
-            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-        )

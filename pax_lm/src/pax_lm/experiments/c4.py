@@ -11,6 +11,7 @@ import math
 
 import fiddle as fdl
 
+from pax_core import UsageError
 from pax_lm.experiments.base import PipelinedExperiment, SyntheticDataset, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.c4 import C4Input
@@ -129,8 +130,8 @@ class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
 class C4SpmdGpt3AdamOrgHP(C4SpmdAdam):
     """GPT-3 175B with its original hyper-parameters (not registered itself).
 
-    As in Pax, these runs stop early once eval log-perplexity reaches 2.69 (``TARGET_LOG_PPLX``,
-    ``task.train.early_stopping``).
+    As in Pax, these runs stop early once eval log-perplexity reaches 2.69
+    (``EARLY_STOP_TARGET``, Pax's ``TARGET_LOG_PPLX``).
     """
 
     VOCAB_SIZE = 50257
@@ -161,7 +162,7 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdAdam):
     SUMMARY_INTERVAL_STEPS = 10
     CHECKPOINT_EVERY_N_STEPS = 100
     CHECKPOINT_MAX_TO_KEEP = 10
-    TARGET_LOG_PPLX = 2.69
+    EARLY_STOP_TARGET = 2.69
 
 
 class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
@@ -217,11 +218,11 @@ class C4SpmdPipelineGpt3AdamMLPerfHP(C4SpmdPipelineGpt3AdamOrgHP):
     LR_COS_DECAY_START: int | None = None  # the step after the warm-up
     LR_COS_DECAY_END: int | None = None  # 108600 steps at a batch of 1536, scaled
 
-    def task(self):
+    def derive_constants(self) -> None:
         batch = self.global_batch_size()
         if batch > 8192:
-            raise ValueError(f"MLPerf GPT-3 hyper-parameters are defined up to a global batch of "
-                             f"8192, not {batch}")
+            raise UsageError(f"MLPerf GPT-3 hyper-parameters are defined up to a global batch "
+                             f"of 8192, not {batch}")
         if self.LEARNING_RATE is None:
             self.LEARNING_RATE = 2e-5 if batch <= 3584 else 3e-5
         if self.LR_COS_WARMUP is None:
@@ -230,7 +231,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHP(C4SpmdPipelineGpt3AdamOrgHP):
             self.LR_COS_DECAY_START = self.LR_COS_WARMUP + 1
         if self.LR_COS_DECAY_END is None:
             self.LR_COS_DECAY_END = math.ceil(108600 * 1536 / batch)
-        return super().task()
+        super().derive_constants()
 
 
 class C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas(C4SpmdPipelineGpt3AdamMLPerfHP):

@@ -74,7 +74,8 @@ class QuickStartLm(TextCorpusDataset, TransformerLmExperiment):
     FPROP_DTYPE = "float32"
     CHECKPOINT_POLICY = None
     ICI_MESH_SHAPE = None
-    PERCORE_BATCH_SIZE = 8
+    PERCORE_BATCH_SIZE = None
+    BATCH_SIZE = 8  # a fixed global batch: the quick start learns the same on any devices
     LEARNING_RATE = 3e-3
     WEIGHT_DECAY = 1e-2
     CLIP_GRADIENT_NORM_TO_VALUE = 1.0
@@ -87,10 +88,6 @@ class QuickStartLm(TextCorpusDataset, TransformerLmExperiment):
     EVAL_INTERVAL_STEPS = 200
     CHECKPOINT_EVERY_N_STEPS = 200
     CHECKPOINT_MAX_TO_KEEP = 2
-
-    def global_batch_size(self) -> int:
-        """A fixed global batch, so the quick start learns the same on any number of devices."""
-        return self.PERCORE_BATCH_SIZE
 
 
 @size("tiny")

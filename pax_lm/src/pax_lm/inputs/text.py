@@ -31,8 +31,8 @@ import grain
 import numpy as np
 
 from pax_core import UsageError
+from pax_lm.corpus import default_corpus, read_documents
 from pax_lm.inputs.base import LmInput
-from pax_lm.inputs.corpus import default_corpus, read_documents
 from pax_lm.inputs.packing import cut_pieces, first_fit
 from pax_lm.tokenizers import Tokenizer
 
@@ -43,7 +43,7 @@ SPLITS = ("train", "eval")
 class TextInput(LmInput):
     """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
     (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
-    or ``.jsonl`` file or a folder of them, see ``pax_lm.inputs.corpus.read_documents``).
+    or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
 
     ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
     the rest. ``shuffle`` and ``repeat`` default to ``is_training``. A finite input ends with

@@ -1,6 +1,7 @@
-"""The base of pax-speech's experiments: recognizer, optimizer, schedule and data from UPPER_CASE
-constants (``--set MODEL_DIMS=144`` means what it says). Subclasses set sizes and mix in their
-data."""
+"""The base of pax-speech's experiments: the recognizer and its data from UPPER_CASE constants
+(``--set MODEL_DIMS=144`` means what it says), on the core's skeleton
+(``pax_core.SingleTaskExperiment``: optimizer, schedule, training). Subclasses set sizes and mix
+in their data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 
 import fiddle as fdl
 
-from pax_core import Adam, EarlyStopping, Experiment, Learner, LinearRampupCosineDecay, Task, Train
+from pax_core import SingleTaskExperiment
 from pax_speech.inputs.manifest import ManifestInput
 from pax_speech.layers.conformer import ConformerConfig
 from pax_speech.layers.frontend import LogMelConfig
@@ -16,15 +17,17 @@ from pax_speech.models import CtcRecognizer, SpecAugment
 from pax_speech.vocab import ENGLISH
 
 
-class SpeechRecognitionExperiment(Experiment):
+class SpeechRecognitionExperiment(SingleTaskExperiment):
     """A Conformer + CTC recognizer of 16 kHz speech into ``ALPHABET``'s characters.
 
     The encoder is ``NUM_LAYERS`` blocks ``MODEL_DIMS`` wide; features are ``NUM_MEL_BINS``
     log-mels normalised per utterance or by global statistics (``NORMALISATION``), masked by
     SpecAugment in training unless ``SPEC_AUGMENT`` is off. Adam with a linear warm-up over
-    ``WARMUP_STEPS`` and a cosine to ``LR_COS_MIN_RATIO`` at the last step.
-    ``TARGET_CER`` stops training once the first eval set's character error rate reaches it.
+    ``LR_COS_WARMUP`` steps and a cosine to ``LR_COS_MIN_RATIO`` at the last step. Early
+    stopping watches the first eval set's character error rate (``EARLY_STOP_TARGET``).
     """
+
+    constant_aliases = {"TARGET_CER": "EARLY_STOP_TARGET", "WARMUP_STEPS": "LR_COS_WARMUP"}
 
     # Model.
     MODEL_DIMS = 256
@@ -47,23 +50,21 @@ class SpeechRecognitionExperiment(Experiment):
     FPROP_DTYPE = "float32"
 
     # Optimizer.
-    LEARNING_RATE = 1e-3
-    ADAM_BETA1 = 0.9
     ADAM_BETA2 = 0.98
     ADAM_EPSILON = 1e-9
     WEIGHT_DECAY = 1e-6
     CLIP_GRADIENT_NORM_TO_VALUE = 5.0
-    WARMUP_STEPS = 10_000
+    LR_SCHEDULE = "linear_rampup_cosine_decay"
+    LR_COS_WARMUP = 10_000
     LR_COS_MIN_RATIO = 0.01
 
     # Training and data.
     BATCH_SIZE = 256
     NUM_TRAIN_STEPS = 100_000
-    SUMMARY_INTERVAL_STEPS = 100
     EVAL_INTERVAL_STEPS = 5_000
     CHECKPOINT_EVERY_N_STEPS = 5_000
     CHECKPOINT_MAX_TO_KEEP = 5
-    TARGET_CER: float | None = None
+    EARLY_STOP_METRIC = "cer"
     SAMPLE_RATE = 16000
     ON_OTHER_RATE = "resample"
     BUCKET_SECONDS: tuple[float, ...] = ()
@@ -90,34 +91,6 @@ class SpeechRecognitionExperiment(Experiment):
                           normalisation=self.NORMALISATION, spec_augment=masks,
                           alphabet=self.ALPHABET)
 
-    def optimizer(self) -> fdl.Config[Adam]:
-        schedule = fdl.Config(LinearRampupCosineDecay, warmup_steps=self.WARMUP_STEPS,
-                              decay_start=self.WARMUP_STEPS + 1, decay_end=self.NUM_TRAIN_STEPS,
-                              min_ratio=self.LR_COS_MIN_RATIO)
-        return fdl.Config(Adam, learning_rate=self.LEARNING_RATE, lr_schedule=schedule,
-                          beta1=self.ADAM_BETA1, beta2=self.ADAM_BETA2,
-                          epsilon=self.ADAM_EPSILON, weight_decay=self.WEIGHT_DECAY,
-                          clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE)
-
-    def task(self) -> fdl.Config[Task]:
-        target = self.TARGET_CER
-        return fdl.Config(
-            Task,
-            model=self.model(),
-            train=fdl.Config(
-                Train,
-                learner=fdl.Config(Learner, optimizer=self.optimizer()),
-                num_train_steps=self.NUM_TRAIN_STEPS,
-                save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
-                save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
-                summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
-                eval_interval_steps=self.EVAL_INTERVAL_STEPS,
-                early_stopping=(fdl.Config(EarlyStopping, metric="cer", target=target,
-                                           higher_is_better=False)
-                                if target is not None else None),
-            ),
-        )
-
 
 class ManifestData:
     """Mixin: a training manifest and eval manifests (JSONL of ``audio``, ``text``) under
@@ -130,14 +103,15 @@ class ManifestData:
     TRAIN_MANIFEST = "train.jsonl"
     EVAL_MANIFESTS: dict[str, str] = {}
     OPTIONAL_EVAL_MANIFESTS: dict[str, str] = {}
-    EVAL_BATCH_SIZE = 0  # 0: BATCH_SIZE
+    EVAL_BATCH_SIZE = 0  # 0: the training batch
 
     def _manifest(self, name: str, file: str, training: bool) -> fdl.Config[ManifestInput]:
         return fdl.Config(
             ManifestInput, name=name, manifest=os.path.join(os.path.expanduser(self.DATA_DIR),
                                                             file),
             is_training=training, eval_num_batches=1 if training else -1, seed=1234,
-            batch_size=self.BATCH_SIZE if training else self.EVAL_BATCH_SIZE or self.BATCH_SIZE,
+            batch_size=(self.global_batch_size() if training
+                        else self.EVAL_BATCH_SIZE or self.global_batch_size()),
             sample_rate=self.SAMPLE_RATE, on_other_rate=self.ON_OTHER_RATE,
             bucket_seconds=tuple(self.BUCKET_SECONDS),
             max_text_length=self.MAX_TEXT_LENGTH if training else 0,

@@ -20,7 +20,7 @@ class QuickStartSpeech(ManifestData, SpeechRecognitionExperiment):
     SUBSAMPLING_CHANNELS = 32
     DROPOUT_RATE = 0.1
     LEARNING_RATE = 2e-3
-    WARMUP_STEPS = 100
+    LR_COS_WARMUP = 100
     BATCH_SIZE = 16
     NUM_TRAIN_STEPS = 1000
     SUMMARY_INTERVAL_STEPS = 50
@@ -45,7 +45,7 @@ class TinySpeechForTests(QuickStartSpeech):
     NUM_MEL_BINS = 40
     BATCH_SIZE = 8
     NUM_TRAIN_STEPS = 20
-    WARMUP_STEPS = 5
+    LR_COS_WARMUP = 5
     SUMMARY_INTERVAL_STEPS = 5
     EVAL_INTERVAL_STEPS = 10
     CHECKPOINT_EVERY_N_STEPS = 10

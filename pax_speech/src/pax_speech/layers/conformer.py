@@ -20,11 +20,7 @@ import jax.numpy as jnp
 
 from pax_core import axes
 from pax_speech.layers.norm import time_norm
-from pax_transformer.layers.attention import Attention
-from pax_transformer.layers.dense import Projection
-from pax_transformer.layers.feedforward import FeedForward
-from pax_transformer.layers.initializers import dense_init
-from pax_transformer.layers.normalization import Norm
+from pax_transformer import Attention, FeedForward, Norm, Projection, dense_init
 
 ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
 SUBSAMPLING = 4
@@ -117,7 +113,7 @@ class ConvModule(nn.Module):
                     dtype=c.dtype, param_dtype=c.param_dtype, name="depthwise",
                     kernel_init=nn.with_logical_partitioning(nn.initializers.lecun_normal(),
                                                              (None, None, axes.MLP)))(h)
-        h = nn.silu(time_norm(c.conv_norm, axes.MLP, c.dtype, "norm")(h, mask, self.train))
+        h = nn.silu(time_norm(c.conv_norm, axes.MLP, c.dtype, "norm")(h, self.train, mask))
         return Projection((d,), (axes.MLP,), (axes.EMBED,), init, True, c.dtype,
                           c.param_dtype, name="pointwise_out")(h)
 

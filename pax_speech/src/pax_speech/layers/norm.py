@@ -1,11 +1,9 @@
 """Norms over padded time: statistics of the valid frames only.
 
 An utterance's padding must not move the statistics (or two batches of the same utterances
-padded differently would normalise them differently), so every mean here is a masked one.
-``MaskedBatchNorm`` synchronises its statistics across the data-parallel devices through
-``pax_core.mean_across_shards``, exactly: each shard contributes its masked sums divided by
-its own element count, the same count on every shard, so the ratio of the averages is the ratio
-of the global sums (the same numbers on one device as on eight).
+padded differently would normalise them differently), so every mean here is a masked one: the
+batch norm is pax-transformer's with the frames' mask (synchronised across the data-parallel
+devices), the group norm this module's own.
 """
 
 from __future__ import annotations
@@ -16,9 +14,11 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from pax_core import UsageError, axes, mean_across_shards
+from pax_core import UsageError, axes
+from pax_transformer import BatchNorm
 
 NORMS = ("batchnorm", "groupnorm")
+SPEECH_MOMENTUM = 0.99  # the batch norms' moving averages: slower than images' 0.9
 
 
 def _vector(fill: Any, size: int) -> jax.Array:
@@ -34,45 +34,6 @@ def _affine(module: nn.Module, y: jax.Array, size: int, axis: str) -> jax.Array:
     return y * scale + bias
 
 
-class MaskedBatchNorm(nn.Module):
-    """Normalise the last axis of ``x [B, T, C]`` by the statistics of the valid frames of the
-    batch in training (their moving averages, at ``momentum``, in ``batch_stats``) and by the
-    moving averages in evaluation. With ``affine`` False it only standardises (the global
-    normalisation of features). ``channel_axis`` is the channels' logical axis name."""
-
-    momentum: float = 0.99
-    epsilon: float = 1e-3
-    affine: bool = True
-    channel_axis: str = axes.EMBED
-    dtype: Any = jnp.float32
-
-    @nn.compact
-    def __call__(self, x: jax.Array, mask: jax.Array, train: bool) -> jax.Array:
-        size = x.shape[-1]
-        channels = nn.with_logical_partitioning(_vector, (self.channel_axis,))
-        moving_mean = self.variable("batch_stats", "mean", channels, jnp.zeros, size)
-        moving_var = self.variable("batch_stats", "var", channels, jnp.ones, size)
-        y = x.astype(jnp.float32)
-        if train:
-            m = mask.astype(jnp.float32)[..., None]
-            elements = m.shape[0] * m.shape[1]
-            total, square, count = mean_across_shards(
-                (jnp.sum(y * m, axis=(0, 1)) / elements,
-                 jnp.sum(jnp.square(y) * m, axis=(0, 1)) / elements, jnp.sum(m) / elements))
-            mean = total / jnp.maximum(count, 1e-9)
-            var = jnp.maximum(square / jnp.maximum(count, 1e-9) - jnp.square(mean), 0.0)
-            if not self.is_initializing():
-                keep = self.momentum
-                moving_mean.value = keep * moving_mean.value + (1 - keep) * mean
-                moving_var.value = keep * moving_var.value + (1 - keep) * var
-        else:
-            mean, var = moving_mean.value, moving_var.value
-        y = (y - mean) * jax.lax.rsqrt(var + self.epsilon)
-        if self.affine:
-            y = _affine(self, y, size, self.channel_axis)
-        return y.astype(self.dtype)
-
-
 class MaskedGroupNorm(nn.Module):
     """Group norm of ``x [B, T, C]`` per utterance: ``num_groups`` groups of channels, each
     normalised over its channels and the utterance's valid frames; no batch statistics, so
@@ -84,7 +45,7 @@ class MaskedGroupNorm(nn.Module):
     dtype: Any = jnp.float32
 
     @nn.compact
-    def __call__(self, x: jax.Array, mask: jax.Array, train: bool) -> jax.Array:
+    def __call__(self, x: jax.Array, train: bool, mask: jax.Array) -> jax.Array:
         batch, length, size = x.shape
         if size % self.num_groups:
             raise UsageError(f"group norm: {size} channels do not split into "
@@ -102,7 +63,8 @@ class MaskedGroupNorm(nn.Module):
 def time_norm(kind: str, channel_axis: str, dtype: Any, name: str) -> nn.Module:
     """The conv module's norm by name (``NORMS``)."""
     if kind == "batchnorm":
-        return MaskedBatchNorm(channel_axis=channel_axis, dtype=dtype, name=name)
+        return BatchNorm(momentum=SPEECH_MOMENTUM, channel_axis=channel_axis, dtype=dtype,
+                         name=name)
     if kind == "groupnorm":
         return MaskedGroupNorm(channel_axis=channel_axis, dtype=dtype, name=name)
     raise UsageError(f"CONV_NORM must be one of {', '.join(NORMS)}, got {kind!r}")

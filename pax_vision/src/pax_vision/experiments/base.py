@@ -1,6 +1,7 @@
-"""The base of pax-vision's experiments: classifier, optimizer, schedule and data from UPPER_CASE
-constants, as Pax's vision experiments set them (``--set LEARNING_RATE=0.2`` means what a Pax
-user expects). Subclasses choose the backbone (``backbone()``) and mix in their data."""
+"""The base of pax-vision's experiments: the classifier and its data from UPPER_CASE constants,
+on the core's skeleton (``pax_core.SingleTaskExperiment``: optimizer, schedule, training), with
+the defaults of Pax's vision experiments (``--set LEARNING_RATE=0.2`` means what a Pax user
+expects). Subclasses choose the backbone (``backbone()``) and mix in their data."""
 
 from __future__ import annotations
 
@@ -8,18 +9,7 @@ import os
 
 import fiddle as fdl
 
-from pax_core import (
-    Adam,
-    Constant,
-    EarlyStopping,
-    Experiment,
-    Learner,
-    LinearRampupCosineDecay,
-    LinearRampupPiecewiseConstant,
-    Sgd,
-    Task,
-    Train,
-)
+from pax_core import SingleTaskExperiment
 from pax_vision.inputs.arrays import DigitsInput, IdxInput
 from pax_vision.inputs.encoded import ImageFolderInput, TfdsImageInput
 from pax_vision.models import ImageClassifier
@@ -28,15 +18,16 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
-class ImageClassificationExperiment(Experiment):
+class ImageClassificationExperiment(SingleTaskExperiment):
     """A ``NUM_CLASSES``-way classifier of ``IMAGE_SIZE`` square images of ``CHANNELS``.
 
-    ``OPTIMIZER`` is ``sgd`` (``MOMENTUM``, ``NESTEROV``) or ``adam``; ``LR_SCHEDULE`` is
-    ``constant``, ``piecewise`` (a linear ramp over ``LR_WARMUP_EPOCHS``, then the learning
-    rate times ``LR_DECAY_VALUES`` from ``LR_DECAY_EPOCHS``, the ResNet recipe) or ``cosine``
-    (a ramp over ``LR_COS_WARMUP`` steps, then a cosine to ``LR_COS_MIN_RATIO`` at the last
-    step). ``TARGET_ACCURACY`` stops training once eval top-1 reaches it.
+    SGD with momentum at a constant rate by default. ``LR_SCHEDULE = "piecewise"`` is the
+    ResNet recipe in epochs: a linear ramp over ``LR_WARMUP_EPOCHS``, then the learning rate
+    times ``LR_DECAY_VALUES`` from ``LR_DECAY_EPOCHS`` (an epoch is ``NUM_TRAIN_EXAMPLES``
+    images). Early stopping watches eval top-1 accuracy (``EARLY_STOP_TARGET``).
     """
+
+    constant_aliases = {"TARGET_ACCURACY": "EARLY_STOP_TARGET"}
 
     # Model.
     NUM_CLASSES = 10
@@ -54,36 +45,34 @@ class ImageClassificationExperiment(Experiment):
     OPTIMIZER = "sgd"
     LEARNING_RATE = 0.1
     MOMENTUM = 0.9
-    NESTEROV = False
-    ADAM_BETA1 = 0.9
-    ADAM_BETA2 = 0.999
     ADAM_EPSILON = 1e-8
-    WEIGHT_DECAY = 0.0
-    L2_REGULARIZER_WEIGHT = 0.0
-    SKIP_LP_1D_VECTORS = False
-    CLIP_GRADIENT_NORM_TO_VALUE = 0.0
-    LR_SCHEDULE = "constant"
     LR_WARMUP_EPOCHS = 5
     LR_DECAY_EPOCHS: tuple[int, ...] = (30, 60, 80)
     LR_DECAY_VALUES: tuple[float, ...] = (0.1, 0.01, 0.001)
-    LR_COS_WARMUP = 0
-    LR_COS_MIN_RATIO = 0.0
 
     # Training.
     BATCH_SIZE = 256
     NUM_TRAIN_EXAMPLES = 60_000  # one epoch: what the schedule's epochs count
     NUM_TRAIN_STEPS = 1000
-    SUMMARY_INTERVAL_STEPS = 100
-    EVAL_INTERVAL_STEPS = 100
     CHECKPOINT_EVERY_N_STEPS = 1000
-    CHECKPOINT_MAX_TO_KEEP = 10
-    TARGET_ACCURACY: float | None = None
+    EARLY_STOP_METRIC = "accuracy"
+    EARLY_STOP_HIGHER_IS_BETTER = True
     INPUT_WORKERS = 0
     ON_BAD_IMAGE = "skip"
     ICI_MESH_SHAPE: list[int] | None = None  # Pax's data-parallel path: every device
 
     def steps_per_epoch(self) -> int:
-        return max(1, self.NUM_TRAIN_EXAMPLES // self.BATCH_SIZE)
+        return max(1, self.NUM_TRAIN_EXAMPLES // self.global_batch_size())
+
+    def derive_constants(self) -> None:
+        """The piecewise schedule's boundaries in steps, from its epochs."""
+        epoch = self.steps_per_epoch()
+        if self.LR_PIECEWISE_BOUNDARIES is None:
+            self.LR_PIECEWISE_BOUNDARIES = tuple(
+                e * epoch for e in (self.LR_WARMUP_EPOCHS, *self.LR_DECAY_EPOCHS))
+        if self.LR_PIECEWISE_VALUES is None:
+            self.LR_PIECEWISE_VALUES = (1.0, *self.LR_DECAY_VALUES)
+        super().derive_constants()
 
     def backbone(self) -> fdl.Config:
         raise NotImplementedError(f"{type(self).__name__} must choose its backbone")
@@ -95,58 +84,9 @@ class ImageClassificationExperiment(Experiment):
                           head_init_std=self.HEAD_INIT_STD, label_smoothing=self.LABEL_SMOOTHING,
                           mixup_alpha=self.MIXUP_ALPHA, class_names=tuple(self.CLASS_NAMES))
 
-    def lr_schedule(self) -> fdl.Config:
-        if self.LR_SCHEDULE == "constant":
-            return fdl.Config(Constant)
-        if self.LR_SCHEDULE == "piecewise":
-            epoch = self.steps_per_epoch()
-            return fdl.Config(
-                LinearRampupPiecewiseConstant,
-                boundaries=tuple(e * epoch for e in (self.LR_WARMUP_EPOCHS,
-                                                     *self.LR_DECAY_EPOCHS)),
-                values=(1.0, *self.LR_DECAY_VALUES))
-        if self.LR_SCHEDULE == "cosine":
-            return fdl.Config(LinearRampupCosineDecay, warmup_steps=self.LR_COS_WARMUP,
-                              decay_start=self.LR_COS_WARMUP + 1,
-                              decay_end=self.NUM_TRAIN_STEPS, min_ratio=self.LR_COS_MIN_RATIO)
-        raise ValueError(f"LR_SCHEDULE {self.LR_SCHEDULE!r} is not one of constant, piecewise, "
-                         f"cosine")
-
-    def optimizer(self) -> fdl.Config:
-        common = dict(learning_rate=self.LEARNING_RATE, lr_schedule=self.lr_schedule(),
-                      weight_decay=self.WEIGHT_DECAY,
-                      l2_regularizer_weight=self.L2_REGULARIZER_WEIGHT,
-                      skip_lp_1d_vectors=self.SKIP_LP_1D_VECTORS,
-                      clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE)
-        if self.OPTIMIZER == "sgd":
-            return fdl.Config(Sgd, momentum=self.MOMENTUM, nesterov=self.NESTEROV, **common)
-        if self.OPTIMIZER == "adam":
-            return fdl.Config(Adam, beta1=self.ADAM_BETA1, beta2=self.ADAM_BETA2,
-                              epsilon=self.ADAM_EPSILON, **common)
-        raise ValueError(f"OPTIMIZER {self.OPTIMIZER!r} is not one of sgd, adam")
-
-    def task(self) -> fdl.Config[Task]:
-        target = self.TARGET_ACCURACY
-        return fdl.Config(
-            Task,
-            model=self.model(),
-            train=fdl.Config(
-                Train,
-                learner=fdl.Config(Learner, optimizer=self.optimizer()),
-                num_train_steps=self.NUM_TRAIN_STEPS,
-                save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
-                save_max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
-                summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
-                eval_interval_steps=self.EVAL_INTERVAL_STEPS,
-                early_stopping=(fdl.Config(EarlyStopping, metric="accuracy", target=target,
-                                           higher_is_better=True)
-                                if target is not None else None),
-            ),
-        )
-
     def input_settings(self) -> dict:
         """What every dataset of the experiment shares."""
-        return dict(batch_size=self.BATCH_SIZE, image_size=self.IMAGE_SIZE,
+        return dict(batch_size=self.global_batch_size(), image_size=self.IMAGE_SIZE,
                     num_classes=self.NUM_CLASSES, on_bad_image=self.ON_BAD_IMAGE)
 
 

@@ -14,8 +14,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from pax_transformer import BatchNorm
 from pax_vision.layers.conv import conv, conv_flops, feature_map
-from pax_vision.layers.norm import BatchNorm
 
 # depth -> (block kind, blocks per stage); channels double per stage from ``width``.
 DEPTHS: dict[int, tuple[str, tuple[int, ...]]] = {

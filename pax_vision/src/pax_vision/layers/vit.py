@@ -12,8 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
-from pax_transformer import BlockConfig, TransformerStack, block_weights
-from pax_transformer.layers.normalization import Norm
+from pax_transformer import BlockConfig, Norm, TransformerStack, block_weights
 
 POOLINGS = ("cls", "gap")
 

@@ -16,8 +16,3 @@ def pax_register_partitioners() -> list[Component]:
     return [Component("pipeline", "pax_pipeline.partitioners:PipelinePartitioner",
                       "SPMD with a stage mesh axis: Pax's GPipe and circular pipelines")]
 
-
-@hookimpl
-def pax_register_models() -> list[Component]:
-    return [Component("pipelined_transformer_stack", "pax_pipeline.layers:Pipeline",
-                      "TransformerLm's layers as a pipeline: TransformerLm(stack=Pipeline(...))")]

@@ -12,15 +12,25 @@ from typing import Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "BlockConfig": "pax_transformer.layers.block",
+    # the decoder-only LM and its sizes
     "TransformerLm": "pax_transformer.models",
-    "TransformerStack": "pax_transformer.layers.stack",
-    "block_weights": "pax_transformer.layers.block",
     "count_params": "pax_transformer.models",
+    "train_flops_per_token": "pax_transformer.models",
+    "FLOPS_FORMULA_VERSION": "pax_transformer.models",
+    # blocks and their stack
+    "BlockConfig": "pax_transformer.layers.block",
+    "block_weights": "pax_transformer.layers.block",
+    "TransformerStack": "pax_transformer.layers.stack",
     "stack_layer_params": "pax_transformer.layers.stack",
+    # the parts other packages build their own blocks from
+    "Attention": "pax_transformer.layers.attention",
+    "FeedForward": "pax_transformer.layers.feedforward",
+    "Projection": "pax_transformer.layers.dense",
+    "Norm": "pax_transformer.layers.normalization",
+    "BatchNorm": "pax_transformer.layers.normalization",
+    "dense_init": "pax_transformer.layers.initializers",
 }
-__all__ = ["BlockConfig", "TransformerLm", "TransformerStack", "__version__", "block_weights",
-           "count_params", "stack_layer_params"]
+__all__ = sorted(["__version__", *_EXPORTS])
 
 
 def __getattr__(name: str) -> Any:

@@ -21,9 +21,10 @@ from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
+from pax_core.plugins.versions import library_versions
 from pax_core.run.build import Run, build_run, restore_or_init
 from pax_core.run.evaluation import Evaluator
-from pax_core.run.jobdir import JobDir, library_versions
+from pax_core.run.jobdir import JobDir
 from pax_core.run.logfile import library_logs
 from pax_core.run.loop import TrainLoop, TrainLoopOptions
 from pax_core.run.runtime import start_runtime

@@ -17,9 +17,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from pax_core.commands.jobs import restore_latest
 from pax_core.errors import RunError, UsageError
 from pax_core.files import is_remote, job_path, storage_failure, write_atomic
-from pax_core.run.commands import restore_latest
 from pax_core.run.state import count_params
 
 
