@@ -254,6 +254,7 @@ def main() -> None:
         BEFORE.write_text(json.dumps(_from_junit(args.from_junit, args.ids), indent=1))
         print(f"wrote {BEFORE}")
         return
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
     runs = [_read(folder) for folder in args.read or []]
     for i in range(0 if args.read else args.runs):
         scratch = Path(tempfile.mkdtemp(prefix="pax-ci-times-"))
@@ -261,9 +262,11 @@ def main() -> None:
               flush=True)
         runs.append(_measure_once(scratch))
         shutil.rmtree(scratch)  # kept when the run failed
-    now = _summary(runs)
-    before = json.loads(BEFORE.read_text()) if BEFORE.exists() else None
-    report.save("test_times", now, _report(now, before))
+        now = _summary(runs)  # written after every run: a long measurement keeps what it has
+        report.save("test_times", now, _report(now, before))
+    if args.read:
+        now = _summary(runs)
+        report.save("test_times", now, _report(now, before))
 
 
 if __name__ == "__main__":
