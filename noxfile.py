@@ -1,4 +1,4 @@
-"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `vizier` (CI), `soak` (the fault trials
+"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `sweep` (CI), `soak` (the fault trials
 at full count), `test_times` (CI's time, session by session and test by test), `tests_newest`
 (Python 3.12, newest jax), `lint`, `bench`.
 
@@ -143,7 +143,7 @@ def ray(session: nox.Session) -> None:
     """pax-ray in an environment of its own, since Ray is large: its tests start a one-node
     Ray cluster on 127.0.0.1 and sweep through it (about 3 minutes on 2 cores, the
     installation included). No other session installs pax-ray."""
-    session.install("-e", ".[test]", *_own("ray"))
+    session.install("-e", ".[test]", "-e", "plugins/pax_sweep", *_own("ray"))
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
                 *_own_tests("ray"),
@@ -151,14 +151,35 @@ def ray(session: nox.Session) -> None:
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 
-@nox.session
-def vizier(session: nox.Session) -> None:
-    """pax-core[vizier] (OSS Vizier with its JAX designers, large) in an environment of its
-    own: pax sweep --algorithm vizier, from the designer to a sweep of real trials (about 4
-    minutes on 2 cores, the installation included)."""
-    session.install("-e", ".[test,vizier]")
-    session.run("pytest", "-q", "-p", "no:cacheprovider", "tests/test_sweep_vizier.py",
-                *session.posargs,
+# The repository's tiny plugin, whose experiments some sessions' tests sweep or train.
+TEST_PLUGIN = "tests/plugins/pax_testplugin"
+# What pax-sweep brings that pax-core alone must not.
+SWEEP_ONLY = ("pyglove", "matplotlib")
+ABSENT = ("import importlib.util, sys; found = [m for m in sys.argv[1:] if "
+          "importlib.util.find_spec(m)]; sys.exit(f'pax-core alone installs {found}' if found "
+          "else 0)")
+
+
+@nox.session(venv_backend="none")
+def sweep(session: nox.Session) -> None:
+    """pax-sweep as a user meets it, in a new virtual environment: pax-core alone first, which
+    must bring neither PyGlove nor matplotlib; then pax-sweep with OSS Vizier (large) into the
+    same environment (with the test plugin, whose experiment some of them sweep), and its tests
+    there, `pax sweep` end to end with every algorithm (about 5 minutes on 2 cores, the
+    installation included). No other session installs pax-sweep but
+    pax-ray's."""
+    where = os.path.join(session.create_tmp(), "sweep_venv")
+    shutil.rmtree(where, ignore_errors=True)
+    session.run("uv", "venv", "-q", where, external=True)
+    python = os.path.join(where, "bin", "python")
+    install = ["uv", "pip", "install", "-q", "--python", python]
+    session.run(*install, "-e", ".[test]", external=True)
+    session.run(python, "-c", ABSENT, *SWEEP_ONLY, external=True)
+    session.run(*install, *_own("sweep"), "-e", TEST_PLUGIN, external=True)
+    session.run("uv", "pip", "check", "-q", "--python", python, external=True)
+    session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
+                "-n", "auto", "--dist", "loadfile", *_own_tests("sweep"), *session.posargs,
+                external=True,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 

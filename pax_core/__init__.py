@@ -21,12 +21,13 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.11.0"
+API_VERSION = "1.12.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
     # plugin host
     "hookimpl": "pax_core.plugins.hookspecs",
+    "public_face": "pax_core.faces",
     "Component": "pax_core.plugins.records",
     "ExperimentRef": "pax_core.plugins.records",
     "RunInfo": "pax_core.plugins.notify",
@@ -51,6 +52,8 @@ _EXPORTS: dict[str, str] = {
     "ModelOutput": "pax_core.models.output",
     "MlpClassifier": "pax_core.models.mlp",
     "Input": "pax_core.inputs.base",
+    "IndexedInput": "pax_core.inputs.indexed",
+    "fingerprint": "pax_core.inputs.indexed",
     "SyntheticInput": "pax_core.inputs.synthetic",
     "parse_tf_example": "pax_core.inputs.tfds",
     "make_tf_example": "pax_core.inputs.tfds",
@@ -73,14 +76,21 @@ _EXPORTS: dict[str, str] = {
     "MeshLayout": "pax_core.parallel.layouts",
     "DistributedOptions": "pax_core.parallel.processes",
     "axes": "pax_core.axes",
-    # sweeps
-    "SearchSpace": "pax_core.sweep.space",
-    "TrialRunner": "pax_core.sweep.runners",
     # errors
     "PaxError": "pax_core.errors",
     "UsageError": "pax_core.errors",
     "RunError": "pax_core.errors",
+    "Stopped": "pax_core.errors",
     "warn": "pax_core.errors",
+    # what a command of a plugin builds on: the host, experiments by name, the backends, and
+    # files written whole and folders held by one process
+    "PluginHost": "pax_core.plugins.host",
+    "choose_experiment": "pax_core.config.resolve",
+    "platform_backends": "pax_core.run.runtime",
+    "accelerator_platform": "pax_core.run.runtime",
+    "write_atomic": "pax_core.files",
+    "held": "pax_core.files",
+    "is_held": "pax_core.files",
     # commands that use a trained job, and the options they share with `pax train`
     "Run": "pax_core.run.build",
     "TrainState": "pax_core.run.state",
@@ -101,11 +111,29 @@ _EXPORTS: dict[str, str] = {
 
 # Old name -> (new name, the API version that removes the old one).
 _DEPRECATED: dict[str, tuple[str, str]] = {}
+# A name moved to a plugin package -> (that package, the API version that removes it here).
+_MOVED: dict[str, tuple[str, str]] = {
+    "SearchSpace": ("pax_sweep", "1.13"),
+    "TrialRunner": ("pax_sweep", "1.13"),
+}
 
 __all__ = sorted(["API_VERSION", "__version__", *_EXPORTS])
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        package, removed_in = _MOVED[name]
+        install = f"pip install {package.replace('_', '-')}"
+        warnings.warn(f"pax_core.{name} moved to {package} and goes away here in API "
+                      f"{removed_in}; use {package}.{name} ({install})", DeprecationWarning,
+                      stacklevel=2)
+        try:
+            return getattr(importlib.import_module(package), name)
+        except ModuleNotFoundError as e:
+            if e.name != package:
+                raise
+            raise AttributeError(f"pax_core.{name} moved to {package}, which is not "
+                                 f"installed: {install}") from None
     if name in _DEPRECATED:
         new, removed_in = _DEPRECATED[name]
         warnings.warn(f"pax_core.{name} is deprecated and goes away in API {removed_in}; use "

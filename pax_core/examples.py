@@ -45,10 +45,10 @@ class MlpSynthetic(SingleTaskExperiment):
 
     def search(self) -> Any:
         """``pax sweep --exp MlpSynthetic``: the learning rate and the width, judged by the
-        held-out loss (PyGlove is imported only by a sweep)."""
+        held-out loss. Only ``pax sweep`` asks, and pax-sweep provides it, with PyGlove."""
         import pyglove as pg
 
-        from pax_core.sweep.space import SearchSpace
+        from pax_sweep import SearchSpace
 
         return SearchSpace(
             values={"LEARNING_RATE": pg.floatv(1e-4, 1e-1, scale="log"),

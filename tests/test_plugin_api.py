@@ -27,23 +27,25 @@ ROOT = Path(__file__).resolve().parents[1]
 API = [
     "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
     "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "DistributedOptions",
-    "EarlyStopping", "ExpOpt", "Experiment", "ExperimentRef", "Input", "Job", "JobDirOpt",
-    "JobRequest", "JsonOpt", "Learner", "LinearRampupCosineDecay", "LinearRampupExponentialDecay",
-    "LinearRampupPiecewiseConstant", "Lion", "Logger", "MeshLayout", "MlpClassifier",
-    "ModelOutput", "Optimizer", "Partitioner", "PaxError", "PlatformOpt", "PluginOpt", "Preset",
-    "RecordedExpOpt", "Reduction", "RestoreStepOpt", "Restored", "Run", "RunError", "RunInfo",
-    "SearchSpace", "SetOpt", "Sgd", "SingleTaskExperiment", "Spmd", "SyntheticInput", "Task",
-    "TpuBackend", "Train", "TrainState", "TrialRunner", "UsageError", "__version__",
-    "apply_presets", "axes", "dot_product_attention", "hookimpl", "job_command", "make_tf_example",
-    "mean_across_shards", "parse_flags", "parse_tf_example", "require_files", "restore_latest",
-    "tfds_split_files", "warn",
+    "EarlyStopping", "ExpOpt", "Experiment", "ExperimentRef", "IndexedInput", "Input", "Job",
+    "JobDirOpt", "JobRequest", "JsonOpt", "Learner", "LinearRampupCosineDecay",
+    "LinearRampupExponentialDecay", "LinearRampupPiecewiseConstant", "Lion", "Logger",
+    "MeshLayout", "MlpClassifier", "ModelOutput", "Optimizer", "Partitioner", "PaxError",
+    "PlatformOpt", "PluginHost", "PluginOpt", "Preset", "RecordedExpOpt", "Reduction",
+    "RestoreStepOpt", "Restored", "Run", "RunError", "RunInfo", "SetOpt", "Sgd",
+    "SingleTaskExperiment", "Spmd", "Stopped", "SyntheticInput", "Task", "TpuBackend", "Train",
+    "TrainState", "UsageError", "__version__", "accelerator_platform", "apply_presets", "axes",
+    "choose_experiment", "dot_product_attention", "fingerprint", "held", "hookimpl", "is_held",
+    "job_command", "make_tf_example", "mean_across_shards", "parse_flags", "parse_tf_example",
+    "platform_backends", "public_face", "require_files", "restore_latest", "tfds_split_files",
+    "warn", "write_atomic",
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run", "cpu_mesh",
-    "evaluate", "fault_trials", "first_batch_losses", "isolated_host", "kill_and_compare",
-    "kill_trials", "pax_host", "plan", "read_metrics", "read_params", "register_plugin", "resolve",
-    "run_pax", "step_flops", "stop_once_saved", "train", "train_losses", "use_cpu_devices",
-    "use_fake_devices",
+    "evaluate", "fault_trials", "first_batch_losses", "going_down", "isolated_host",
+    "kill_and_compare", "kill_trials", "pax_host", "plan", "read_metrics", "read_params",
+    "register_plugin", "resolve", "run_pax", "step_flops", "stop_once_saved", "train",
+    "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
 PLUGIN_SOURCES = [p.source for p in PACKAGES if p.module != "pax_core"]
 PLUGIN_TESTS = [p.tests for p in PACKAGES if p.module != "pax_core"]
@@ -109,6 +111,14 @@ def test_a_renamed_name_warns_and_answers(monkeypatch):
                                                  r"pax_core.ModelOutput"):
         old = pax_core.ModelOutputs
     assert old is pax_core.ModelOutput
+
+
+def test_a_name_moved_to_a_plugin_package_warns_and_names_it():
+    """SearchSpace and TrialRunner moved to pax-sweep, which this environment does not install
+    (its own session checks that they answer there)."""
+    with pytest.warns(DeprecationWarning, match=r"pax_core.SearchSpace moved to pax_sweep"), \
+            pytest.raises(AttributeError, match="pip install pax-sweep"):
+        pax_core.SearchSpace  # noqa: B018
 
 
 def _imports(path: Path) -> list[str]:

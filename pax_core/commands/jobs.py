@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import jax
 
 from pax_core.checkpointers.base import Checkpointer
-from pax_core.config.resolve import ResolvedExperiment, choose, configure
+from pax_core.config.resolve import ResolvedExperiment, choose_experiment, configure
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
 from pax_core.loggers import LoggerGroup
@@ -42,7 +42,7 @@ def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
 def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
              job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
              config_file: str | None = None) -> Run:
-    chosen = choose(host, exp, plugin, set_items)
+    chosen = choose_experiment(host, exp, plugin, set_items)
     job_dir.check_same_experiment(chosen.name)
     # The config is made once JAX has started as the presets and processes want it, since an
     # experiment may ask JAX for its devices while it makes its config.

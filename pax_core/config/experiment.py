@@ -65,9 +65,10 @@ class Experiment:
         raise NotImplementedError(f"{type(self).__name__} must define datasets()")
 
     def search(self) -> Any:
-        """The search space ``pax sweep`` explores by default: a ``pax_core.SearchSpace`` of
-        PyGlove hyper-values over constants and config paths, with the metric to optimise; None
-        (the default) declares none, and ``pax sweep --search`` must give one."""
+        """The search space ``pax sweep`` (pax-sweep) explores by default: a
+        ``pax_sweep.SearchSpace`` of PyGlove hyper-values over constants and config paths, with
+        the metric to optimise; None (the default) declares none, and ``pax sweep --search``
+        must give one. Import pax-sweep inside this method: only a sweep calls it."""
         return None
 
     @classmethod

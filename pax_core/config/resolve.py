@@ -102,8 +102,8 @@ def load_config(path: str) -> fdl.Config:
     return config
 
 
-def choose(host: PluginHost, exp: str, plugin: str | None, set_items: list[str]
-           ) -> ChosenExperiment:
+def choose_experiment(host: PluginHost, exp: str, plugin: str | None,
+                      set_items: list[str]) -> ChosenExperiment:
     """Look up ``exp`` and apply the ``--set`` overrides of its constants (those of config
     paths are parsed, and applied by ``configure``)."""
     if plugin:
@@ -149,5 +149,5 @@ def configure(chosen: ChosenExperiment, config_file: str | None = None) -> Resol
 def resolve(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
             config_file: str | None = None) -> ResolvedExperiment:
     """Look up ``exp``, apply ``--set`` overrides, and build the config tree (not the objects):
-    ``choose`` then ``configure``."""
-    return configure(choose(host, exp, plugin, set_items), config_file)
+    ``choose_experiment`` then ``configure``."""
+    return configure(choose_experiment(host, exp, plugin, set_items), config_file)

@@ -1,4 +1,5 @@
-"""Input pipelines. ``base.Input`` is the interface; ``synthetic`` needs no data."""
+"""Input pipelines. ``base.Input`` is the interface; ``indexed.IndexedInput`` the base of
+seeded, index-addressed inputs on grain; ``synthetic`` needs no data."""
 
 from pax_core.inputs.base import Input
 

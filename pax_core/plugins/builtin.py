@@ -91,8 +91,3 @@ def pax_register_mesh_layouts():
     return [Component("contiguous", "pax_core.parallel.layouts:MeshLayout",
                       "devices in JAX's order, consecutive ones forming a slice")]
 
-
-@hookimpl
-def pax_register_trial_runners():
-    return [Component("local", "pax_core.sweep.runners:LocalRunner",
-                      "pax sweep's trials as processes of this machine")]

@@ -243,20 +243,21 @@ def pax_register_commands() -> list[Component]:
 
 @hookspec
 def pax_register_trial_runners() -> list[Component]:
-    """Register where ``pax sweep`` trains its trials (``--runner NAME``).
+    """Register where ``pax sweep`` (the pax-sweep plugin) trains its trials (``--runner
+    NAME``).
 
     The factory is called as ``factory(host, parallel=K, platform=P)`` and returns a
-    ``pax_core.TrialRunner``: up to ``slots`` trials at once, each a ``pax train`` argument list
-    with its own job directory (which the runner's machines must reach) and a log file;
+    ``pax_sweep.TrialRunner``: up to ``slots`` trials at once, each a ``pax train`` argument
+    list with its own job directory (which the runner's machines must reach) and a log file;
     ``wait`` reports each trial's exit status, ``stop`` stops them as Ctrl-C stops ``pax
-    train`` (each saves its checkpoint). Built in: ``local`` (processes of this machine, each
-    with its share of the devices, ``Backend.share``).
+    train`` (each saves its checkpoint). pax-sweep registers ``local`` (processes of this
+    machine, each with its share of the devices, ``Backend.share``); pax-ray, ``ray``.
 
     Example::
 
         @hookimpl
         def pax_register_trial_runners():
-            return [Component("local", "pax_core.sweep.runners:LocalRunner",
+            return [Component("local", "pax_sweep.runners:LocalRunner",
                               "trials as processes of this machine")]
     """
 

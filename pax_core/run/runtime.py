@@ -60,6 +60,19 @@ def preparing(backends: dict[str, Backend], name: str | None) -> dict[str, Backe
     return {n: b for n, b in backends.items() if chosen in (None, n)}
 
 
+def platform_backends(host: PluginHost, platform: str | None) -> list[Backend]:
+    """The registered backends that prepare a process for ``--platform`` (or
+    ``JAX_PLATFORMS``), built: every one when no platform is named."""
+    backends = {e.name: e.build() for e in host.components("backends")}
+    return list(preparing(backends, platform_name(platform)).values())
+
+
+def accelerator_platform(platform: str | None) -> str | None:
+    """The backend's name (``gpu``, ``tpu``, ``cpu``) of ``--platform`` or ``JAX_PLATFORMS``;
+    None when neither names one."""
+    return backend_platform(platform_name(platform))
+
+
 def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
                   distributed: DistributedOptions | None = None) -> Runtime:
     """Join the run's other processes, apply presets, start JAX, and check the devices.

@@ -27,7 +27,7 @@
   ``train`` and ``evaluate`` (``pax train`` / ``pax eval``), ``plan`` (``pax plan``, after
   ``use_fake_devices(n)`` in a fresh process), ``step_flops`` (model and hardware FLOPs of a
   compiled step), ``first_batch_losses`` (the loss of a few training steps on one batch: does a
-  configuration learn?).
+  configuration learn? ``going_down`` says whether they fall).
 
 Importing this module does not import JAX.
 """
@@ -47,7 +47,7 @@ import pytest
 from pax_core.files import CACHE_DIR_VAR
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.testing.commands import read_metrics, run_pax
-from pax_core.testing.conformance import PluginConformance, parametrize_conformance
+from pax_core.testing.conformance import PluginConformance, going_down, parametrize_conformance
 from pax_core.testing.faults import (
     KillTrials,
     assert_same_params,
@@ -73,7 +73,8 @@ _LENT = {
 
 __all__ = [  # noqa: RUF022 (the lent names last)
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "cpu_mesh",
-    "fault_trials", "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "read_metrics",
+    "fault_trials", "going_down", "isolated_host", "kill_and_compare", "kill_trials", "pax_host",
+    "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
     "use_cpu_devices",
     "build_run", "evaluate", "first_batch_losses", "plan", "resolve", "step_flops", "train",

@@ -196,7 +196,7 @@ def test_eval_input_is_finite_and_reset_restarts(jsonl):
         data.get_next()
     data.reset()
     np.testing.assert_array_equal(data.get_next()["ids"], batches[0]["ids"])
-    assert data.get_state() == {"next_index": 1}
+    assert data.get_state() == {"batches": 1, "data": data.data_key()}
     # Sharded, every process reads the same number of batches.
     halves = [make(jsonl, split="eval", eval_fraction=0.1, is_training=False) for _ in range(2)]
     for p, half in enumerate(halves):

@@ -200,7 +200,7 @@ def test_a_position_of_other_rows_is_refused(prepared):
     state = trained.get_state()
     for changed in (dict(seed=4), dict(seq_len=32), dict(packing="concat")):
         other = make(prepared["a"], **{"seed": 3, **changed})
-        with pytest.raises(UsageError, match="planned from other data or settings"):
+        with pytest.raises(UsageError, match="read from other data or settings"):
             other.set_state(state)
     with pytest.raises(UsageError, match="held its data in memory"):
         make(prepared["a"]).set_state({"next_index": 12})

@@ -240,7 +240,7 @@ def test_processes_and_workers_read_the_same_global_batches(manifest):
                 np.testing.assert_array_equal(batch[key], other[key])
         assert workers.get_state() == whole.get_state() == halves[1].get_state()
     finally:
-        workers._close()
+        workers.close()
 
 
 def test_eval_reads_every_utterance_once_then_stops(manifest):

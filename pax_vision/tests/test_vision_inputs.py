@@ -103,7 +103,7 @@ def test_worker_processes_give_the_same_batches(idx_folder):
                 np.testing.assert_array_equal(a[key], b[key])
         assert workers.get_state() == here.get_state()
     finally:
-        workers._close()
+        workers.close()
 
 
 def test_idx_of_the_wrong_magic_number_is_refused(idx_folder):

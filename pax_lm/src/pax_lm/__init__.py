@@ -8,8 +8,7 @@ each is imported on first use (PEP 562), so that ``pax plugins`` (which imports
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pax_core import public_face
 
 _EXPORTS = {
     "LanguageModel": "pax_lm.models",
@@ -20,9 +19,4 @@ _EXPORTS = {
     "TokensInput": "pax_lm.inputs.tokens",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pax_lm' has no attribute {name!r}")
+__getattr__ = public_face(__name__, _EXPORTS)

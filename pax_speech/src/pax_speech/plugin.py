@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_speech.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.11,<2"
+PAX_API = ">=1.12,<2"
 
 
 @hookimpl

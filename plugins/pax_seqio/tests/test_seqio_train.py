@@ -66,8 +66,9 @@ def test_a_resumed_run_continues_from_its_checkpoint(trained_job):
     run, _, step = restore_latest(host, exp=None, plugin=None, set_items=[],
                                   job_dir=str(trained_job))
     assert step == 35
-    assert run.train_input.get_state() == {"batches": 35, "rows_per_process": 280,
-                                           "process_count": 1}
+    state = run.train_input.get_state()
+    assert state == {"batches": 35, "rows_per_process": 280, "process_count": 1,
+                     "data": run.train_input.data_key()}
 
 
 def test_an_unknown_task_stops_before_training_in_one_line(corpus, tmp_path):

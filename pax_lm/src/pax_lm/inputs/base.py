@@ -1,6 +1,6 @@
 """What pax-lm's inputs share: a tokenizer, rows of ``seq_len`` next-token predictions laid out
-by ``pax_lm.inputs.packing``, shuffling and repetition that follow ``is_training``, and the batch
-every LM input yields."""
+by ``pax_lm.inputs.packing``, and the batch every LM input yields; order, position and workers
+are the core's ``IndexedInput``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from pax_core import Input, UsageError
+from pax_core import IndexedInput, UsageError
 from pax_lm.inputs.packing import PACKINGS
 from pax_lm.tokenizers import ByteTokenizer, Tokenizer
 
@@ -19,14 +19,12 @@ KEYS = ("ids", "labels", "segment_ids", "segment_pos", "weights")
 
 
 @dataclasses.dataclass
-class LmInput(Input):
-    """Base of the LM inputs. ``shuffle`` and ``repeat`` default to ``is_training``."""
+class LmInput(IndexedInput):
+    """Base of the LM inputs."""
 
     tokenizer: Any = dataclasses.field(default_factory=ByteTokenizer)
     seq_len: int = 256
     packing: str = "pack"
-    shuffle: bool | None = None
-    repeat: bool | None = None
 
     def __post_init__(self):
         super().__post_init__()
@@ -43,14 +41,6 @@ class LmInput(Input):
         if not isinstance(self.tokenizer, Tokenizer):
             raise UsageError(f"{where}: tokenizer must be a pax_lm.tokenizers.Tokenizer, "
                              f"got {type(self.tokenizer).__name__}")
-
-    @property
-    def _shuffles(self) -> bool:
-        return self.is_training if self.shuffle is None else self.shuffle
-
-    @property
-    def _repeats(self) -> bool:
-        return self.is_training if self.repeat is None else self.repeat
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         shape = (self.local_batch_size, self.seq_len)

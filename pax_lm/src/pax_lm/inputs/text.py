@@ -2,9 +2,9 @@
 
 Construction reads and tokenizes the documents of one split and lays them out as rows of
 ``seq_len`` positions, all in memory as numpy arrays, so that a user's mistake (a missing file, a
-corpus too small for one batch) stops ``pax train`` before anything is written. A grain pipeline
-over the row indices then gives seeded shuffling, repetition, the per-process shard and the
-position to checkpoint; it is built on first use, after the core's ``shard`` call.
+corpus too small for one batch) stops ``pax train`` before anything is written. The core's
+``IndexedInput`` then gives seeded shuffling, repetition, the per-process rows and the position
+to checkpoint.
 
 Each document is tokenized as ``[bos, *text, eos]`` and laid out as ``pax_lm.inputs.packing``
 describes (``pack``: first-fit, a segment per piece; ``concat``: one stream cut into rows), here
@@ -12,8 +12,9 @@ for the whole split at once. For corpora too large for memory, prepare them (``p
 prepare``) and read them with ``pax_lm.inputs.tokens.TokensInput``.
 
 Global batch ``k`` is rows ``k*batch_size ... (k+1)*batch_size-1`` of the (shuffled) row stream
-whatever the process count, and process ``p`` takes every ``process_count``-th of them; so the
-position (grain's ``next_index``, a number of batches) means the same data on any topology.
+whatever the process count, and each process takes its block of them; so the position (a number
+of batches, with a key of the rows and settings) means the same data on any topology. A position
+an older pax-lm saved (grain's ``{"next_index": n}``, n batches) is read as n batches.
 
 The held-out split is chosen by a hash of each document's text: it does not depend on ``seed``
 (a train and an eval input with different seeds still never share a document), identical
@@ -25,12 +26,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
-import grain
 import numpy as np
 
-from pax_core import UsageError
+from pax_core import UsageError, fingerprint
 from pax_lm.corpus import default_corpus, read_documents
 from pax_lm.inputs.base import LmInput
 from pax_lm.inputs.packing import cut_pieces, first_fit
@@ -46,11 +46,15 @@ class TextInput(LmInput):
     or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
 
     ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
-    the rest. ``shuffle`` and ``repeat`` default to ``is_training``. A finite input ends with
-    ``StopIteration``; its last batch is filled with padding rows (weight 0), so every held-out
-    token is evaluated once and every process reads the same number of batches.
+    the rest. A finite input ends with ``StopIteration``; its last batch is filled with padding
+    rows (weight 0), so every held-out token is evaluated once and every process reads the same
+    number of batches.
     ``num_rows`` is the number of rows of text (padding rows aside).
     """
+
+    READ_AHEAD: ClassVar[bool] = False
+    CHANGED: ClassVar[str] = ("the text, tokenizer, split, seed, batch_size, seq_len, packing, "
+                              "shuffle or repeat")
 
     path: str | None = None
     text_key: str = "text"
@@ -59,12 +63,12 @@ class TextInput(LmInput):
 
     def __post_init__(self):
         super().__post_init__()
-        self._loaded: tuple[dict[str, np.ndarray], int] | None = None
-        self._iterator = None
+        self._loaded: tuple[dict[str, np.ndarray], int, str] | None = None
 
-    def _data(self) -> tuple[dict[str, np.ndarray], int]:
-        """The tokenized rows and how many hold text, made on first use: building the config
-        reads no data, so an experiment can be planned or printed without it."""
+    def _data(self) -> tuple[dict[str, np.ndarray], int, str]:
+        """The tokenized rows, how many hold text and a fingerprint of them, made on first use:
+        building the config reads no data, so an experiment can be planned or printed without
+        it."""
         if self._loaded is None:
             self._loaded = self._load()
         return self._loaded
@@ -81,7 +85,7 @@ class TextInput(LmInput):
         """Rows of text (padding rows aside)."""
         return self._data()[1]
 
-    def _load(self) -> tuple[dict[str, np.ndarray], int]:
+    def _load(self) -> tuple[dict[str, np.ndarray], int, str]:
         documents = self._documents()
         if self.eval_fraction > 0:
             documents = split_documents(documents, self.split, self.eval_fraction,
@@ -96,7 +100,12 @@ class TextInput(LmInput):
                 f"{self.batch_size}; lower batch_size or seq_len"
                 + (", raise eval_fraction" if self.split == "eval" else "")
                 + " or give more text")
-        return (rows if self._repeats else self._padded_to_whole_batches(rows)), text_rows
+        if not self.repeats:
+            rows = self._padded_to_whole_batches(rows)
+        identity = hashlib.sha256()
+        for key in sorted(rows):
+            identity.update(np.ascontiguousarray(rows[key]).tobytes())
+        return rows, text_rows, identity.hexdigest()[:16]
 
     def _check_fields(self) -> None:
         super()._check_fields()
@@ -122,45 +131,38 @@ class TextInput(LmInput):
         return {k: np.pad(v, ((0, missing), (0, 0)), constant_values=fill.get(k, 0))
                 for k, v in rows.items()}
 
-    def shard(self, process_index: int, process_count: int) -> None:
-        super().shard(process_index, process_count)
-        self._iterator = None
+    # The stream (IndexedInput).
 
-    def _pipeline(self) -> grain.DatasetIterator:
-        rows = grain.MapDataset.range(len(self._rows["ids"]))
-        if self._shuffles:
-            rows = rows.shuffle(seed=self.seed)
-        if self._repeats:
-            rows = rows.repeat()
-        batches = (rows[self.process_index::self.process_count]
-                   .batch(self.local_batch_size, drop_remainder=True)
-                   .map(self._gather))
-        # The rows are in memory: reading threads would only contend for the GIL.
-        return iter(batches.to_iter_dataset(grain.ReadOptions(num_threads=0,
-                                                              prefetch_buffer_size=0)))
+    def data_key(self) -> str:
+        return fingerprint(self.seed, self.shuffles, self.repeats, self.batch_size,
+                           self._data()[2])
 
-    def _gather(self, indices: np.ndarray) -> dict[str, np.ndarray]:
-        batch = {k: v[indices].astype(np.int32) for k, v in self._rows.items()}
-        batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
-        return batch
+    def num_batches(self) -> int:
+        return len(self._rows["ids"]) // self.batch_size  # padded to whole batches
 
-    def _batches(self) -> grain.DatasetIterator:
-        """The pipeline's iterator, built on first use (after ``shard``)."""
-        if self._iterator is None:
-            self._iterator = self._pipeline()
-        return self._iterator
-
-    def get_next(self) -> dict[str, np.ndarray]:
-        return next(self._batches())
-
-    def get_state(self) -> dict[str, Any]:
-        return self._batches().get_state()
+    def batch_reader(self) -> _GatherRows:
+        return _GatherRows(self._rows, self.example_order(len(self._rows["ids"])),
+                           self.batch_size, self.process_rows())
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self._batches().set_state(state)
+        if isinstance(state, dict) and set(state) == {"next_index"}:
+            state = {"batches": state["next_index"], self.KEY_NAME: self.data_key()}
+        super().set_state(state)
 
-    def initial_state(self) -> dict[str, Any]:
-        return self._pipeline().get_state()
+
+class _GatherRows:
+    """Global batch ``k`` -> this process's rows of it, from the rows in memory."""
+
+    def __init__(self, rows: dict[str, np.ndarray], order: Any, batch_size: int,
+                 process_rows: slice):
+        self.rows, self.order, self.batch_size = rows, order, batch_size
+        self.positions = np.arange(process_rows.start, process_rows.stop)
+
+    def __call__(self, k: int) -> dict[str, np.ndarray]:
+        indices = [self.order[k * self.batch_size + int(p)] for p in self.positions]
+        batch = {key: v[indices].astype(np.int32) for key, v in self.rows.items()}
+        batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
+        return batch
 
 
 def split_documents(documents: Sequence[str], split: str, eval_fraction: float,
@@ -191,7 +193,7 @@ def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
     Each array takes the narrowest unsigned type that holds its values (uint16 for a vocabulary
     and a row of under 65,536), and the tokens are copied piece by piece rather than through
     per-token index arrays: the rows of a corpus take a quarter of int64 indices' memory, and
-    the process keeps no high-water mark from building them (``_gather`` widens each batch)."""
+    the process keeps no high-water mark from building them (``_GatherRows`` widens each batch)."""
     lengths = np.array([len(doc) + 2 for doc in documents], np.int64)
     stream = np.empty(int(lengths.sum()), np.int32)
     at = 0

@@ -27,21 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
-import json
 import math
-from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import grain
 import numpy as np
 
-from pax_core import UsageError
+from pax_core import IndexedInput, UsageError, fingerprint
 from pax_lm.data.shards import PreparedDataset
 from pax_lm.inputs.base import LmInput
 from pax_lm.inputs.packing import Position, Row, RowPlanner, rows_per_batch
-
-_POSITION = "_position"
 
 
 @dataclasses.dataclass
@@ -51,24 +46,22 @@ class TokensInput(LmInput):
     mixture of several (``mixture``: {path: weight}).
 
     ``tokenizer`` is the experiment's: the datasets must have been prepared with it.
-    ``shuffle`` and ``repeat`` default to ``is_training``; ``num_workers`` prefetching processes
-    serve a repeating input (0: this process reads; a finite input, an evaluation, is always
-    read here, since workers would start anew at every evaluation).
 
     Position: ``{"position": [a, b], "batches": n, "plan": key}``, the planner's position after
     ``n`` batches and a key of what the rows are planned from (seed, layout, weights, the
     datasets). A position of another plan is refused (``UsageError``): it would name other rows.
     """
 
+    KEY_NAME: ClassVar[str] = "plan"
+    CHANGED: ClassVar[str] = ("the datasets, mixture weights, seed, seq_len, packing, shuffle "
+                              "or repeat")
+
     path: str | None = None
     mixture: dict[str, float] | None = None
-    num_workers: int = 0
 
     def __post_init__(self):
         super().__post_init__()
-        self._iterator: Iterator[dict[str, np.ndarray]] | None = None
         self._opened: _Sources | None = None
-        self._state: dict[str, Any] | None = None  # None: the start (reading nothing yet)
 
     def _check_fields(self) -> None:
         super()._check_fields()
@@ -85,11 +78,9 @@ class TokensInput(LmInput):
                     raise UsageError(f"{where}: the weight of {path} in the mixture must be a "
                                      f"number above 0, got {weight!r} (leave out a dataset "
                                      f"not to draw from it)")
-            if not self._repeats:
+            if not self.repeats:
                 raise UsageError(f"{where}: a mixture is drawn from forever, so it cannot be a "
                                  f"finite input; evaluate each dataset on its own")
-        if self.num_workers < 0:
-            raise UsageError(f"{where}: num_workers must be >= 0, got {self.num_workers}")
 
     def _open_datasets(self) -> list[TokenSource]:
         """The datasets to read, opened and checked (subclasses find them elsewhere)."""
@@ -111,53 +102,34 @@ class TokensInput(LmInput):
         weights = [1.0] if self.mixture is None else [float(w) for w in self.mixture.values()]
         # What the rows are planned from, hashed once: equal keys, equal rows at equal
         # positions (a key of the datasets' fingerprints, read here rather than every step).
-        plan = [self.seed, self.seq_len, self.packing, self._shuffles, self._repeats, weights,
+        plan = [self.seed, self.seq_len, self.packing, self.shuffles, self.repeats, weights,
                 [data.fingerprint for data in datasets]]
         self._opened = _Sources(datasets, weights, self.tokenizer.bos_id,
-                                self.tokenizer.eos_id, self.tokenizer.pad_id,
-                                hashlib.sha256(json.dumps(plan).encode()).hexdigest()[:16])
+                                self.tokenizer.eos_id, self.tokenizer.pad_id, fingerprint(*plan))
         return self._opened
-
-    def shard(self, process_index: int, process_count: int) -> None:
-        super().shard(process_index, process_count)
-        self._close()  # the pipeline reads this process's rows: another process, other rows
 
     def check(self) -> None:
         """Open the datasets: their files, sizes and tokenizer are checked on opening."""
         self._sources()
 
-    def peek(self) -> dict[str, np.ndarray]:
-        batch = dict(next(iter(self._batches(self.get_state(), workers=False))))
-        batch.pop(_POSITION)
-        return batch
+    # The stream (IndexedInput), planned in sequence: the position is the planner's.
 
-    def _batches(self, state: dict[str, Any], workers: bool = True) -> grain.IterDataset:
+    def data_key(self) -> str:
+        return self._sources().plan_key
+
+    def stream(self, position: dict[str, Any], workers: bool) -> grain.IterDataset:
         sources = self._sources()
-        local_rows = slice(self.process_index * self.local_batch_size,
-                           (self.process_index + 1) * self.local_batch_size)
-        batches = PlannedBatches(sources, sources.documents(self.seed, self._shuffles,
-                                                            self._repeats),
-                                 self.seq_len, self.packing, self.batch_size, local_rows,
-                                 tuple(state["position"]), state["batches"])
-        if workers and self.num_workers and self._repeats:
-            _absl_flags_parsed()
-            batches = batches.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.num_workers, per_worker_buffer_size=2))
-        return batches
+        batches = PlannedBatches(sources, sources.documents(self.seed, self.shuffles,
+                                                            self.repeats),
+                                 self.seq_len, self.packing, self.batch_size,
+                                 self.process_rows(), tuple(position["position"]),
+                                 position["batches"])
+        return self.prefetched(batches) if workers else batches
 
-    def get_next(self) -> dict[str, np.ndarray]:
-        if self._iterator is None:
-            self._iterator = iter(self._batches(self.get_state()))
-        batch = dict(next(self._iterator))
-        position = batch.pop(_POSITION)
-        self._state = {"position": [int(position[0]), int(position[1])],
-                       "batches": int(position[2]), "plan": self._sources().plan_key}
-        return batch
+    def first_position(self) -> dict[str, Any]:
+        return {"position": [0, 0], "batches": 0}
 
-    def get_state(self) -> dict[str, Any]:
-        return dict(self._state) if self._state is not None else self.initial_state()
-
-    def set_state(self, state: dict[str, Any]) -> None:
+    def read_position(self, state: Any) -> dict[str, Any]:
         if isinstance(state, dict) and "position" not in state and "next_index" in state:
             raise UsageError(f"input '{self.name}': the checkpoint's input position was saved "
                              f"by an input that held its data in memory (an older pax-lm's C4 "
@@ -167,23 +139,7 @@ class TokensInput(LmInput):
         if (not isinstance(position, list | tuple) or len(position) != 2
                 or not isinstance(state.get("batches"), int)):
             raise ValueError(f"not a position of a token input: {state!r}")
-        if state.get("plan") != self._sources().plan_key:
-            raise UsageError(f"input '{self.name}': the checkpoint's input position was planned "
-                             f"from other data or settings (datasets, mixture weights, seed, "
-                             f"seq_len, packing, shuffle or repeat changed since); restore "
-                             f"them, or train in a new job directory")
-        self._close()
-        self._state = {"position": [int(p) for p in position], "batches": state["batches"],
-                       "plan": state["plan"]}
-
-    def initial_state(self) -> dict[str, Any]:
-        return {"position": [0, 0], "batches": 0, "plan": self._sources().plan_key}
-
-    def _close(self) -> None:
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()  # mp_prefetch's worker processes
-        self._iterator = None
+        return {"position": [int(p) for p in position], "batches": state["batches"]}
 
 
 class TokenSource(Protocol):
@@ -242,14 +198,6 @@ class _Sources:
         return out
 
 
-def _absl_flags_parsed() -> None:
-    """grain's worker processes read absl flags, which only absl's own ``app.run`` parses."""
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
 def _pair(number: int, document: int) -> tuple[int, int]:
     """Tag a document number with its dataset's (a module function: workers unpickle it)."""
     return number, int(document)
@@ -257,7 +205,7 @@ def _pair(number: int, document: int) -> tuple[int, int]:
 
 class PlannedBatches(grain.IterDataset):
     """This process's rows of each global batch from ``start`` on, each batch carrying the
-    position after it (``_position``: planner position and batch count). Sliced by
+    position after it (``IndexedInput.POSITION``: planner position and batch count). Sliced by
     ``mp_prefetch``: worker ``w`` of ``W`` assembles batches ``w, w + W, ...``."""
 
     def __init__(self, sources: _Sources, documents: grain.MapDataset, seq_len: int,
@@ -302,7 +250,8 @@ class _PlannedBatchIterator(grain.DatasetIterator):
             if index % (worker.step or 1) == (worker.start or 0):
                 batch = assemble(rows[self.spec.local_rows], self.spec.sources,
                                  self.spec.seq_len)
-                batch[_POSITION] = np.array([*position, self.count], np.int64)
+                batch[IndexedInput.POSITION] = {"position": np.array(position, np.int64),
+                                                "batches": np.int64(self.count)}
                 return batch
 
     def get_state(self) -> dict[str, Any]:

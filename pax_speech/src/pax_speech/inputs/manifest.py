@@ -15,24 +15,19 @@ line naming the manifest, the line and what to do.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import sys
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import grain
 import jax
 import numpy as np
 
-from pax_core import Input, UsageError, warn
+from pax_core import IndexedInput, UsageError, fingerprint, warn
 from pax_speech import vocab
 from pax_speech.inputs.audio import ON_OTHER_RATE, AudioInfo, BadAudio, audio_info, read_audio
 from pax_speech.inputs.buckets import PADDING, EvalPlan, TrainingPlan, assign
 
-_BATCHES = "_batches"  # how many batches have been read once this one is
 _BAD = "_bad"  # why a file of the batch could not be decoded ('' when all could)
 _PROBE_THREADS = 16
 
@@ -124,7 +119,7 @@ def _more(count: int) -> str:
 
 
 @dataclasses.dataclass
-class ManifestInput(Input):
+class ManifestInput(IndexedInput):
     """Batches of the utterances of a JSONL ``manifest``, in length buckets.
 
     A batch holds this process's rows: ``audio`` (float32 ``[b, S]``, zero-padded),
@@ -137,10 +132,9 @@ class ManifestInput(Input):
     is ``max_text_length`` (0: the longest transcript rounded up to a multiple of 8).
 
     Files at another rate than ``sample_rate`` are resampled, or refused when
-    ``on_other_rate="refuse"``. ``shuffle`` and ``repeat`` default to ``is_training``; a
-    repeating input decodes in ``num_workers`` grain worker processes (0: in this one). The
-    batches (see ``buckets``) are the same for any process and worker count, and the position
-    saved in checkpoints is the number of batches read.
+    ``on_other_rate="refuse"``. The batches (see ``buckets``) are the same for any process
+    and worker count, and the position saved in checkpoints is the number of batches read
+    (``IndexedInput``).
     """
 
     manifest: str = ""
@@ -149,9 +143,6 @@ class ManifestInput(Input):
     bucket_seconds: tuple[float, ...] = ()
     max_text_length: int = 0
     alphabet: str = vocab.ENGLISH
-    shuffle: bool | None = None
-    repeat: bool | None = None
-    num_workers: int = 0
 
     def __post_init__(self):
         super().__post_init__()
@@ -166,20 +157,10 @@ class ManifestInput(Input):
         if any(b <= 0 for b in bounds) or list(bounds) != sorted(set(bounds)):
             raise UsageError(f"{where}: bucket_seconds must be increasing positive seconds, "
                              f"got {bounds}")
-        if self.max_text_length < 0 or self.num_workers < 0:
-            raise UsageError(f"{where}: max_text_length and num_workers must be >= 0, got "
-                             f"{self.max_text_length} and {self.num_workers}")
+        if self.max_text_length < 0:
+            raise UsageError(f"{where}: max_text_length must be >= 0, got "
+                             f"{self.max_text_length}")
         self._data: _Data | None = None
-        self._iterator: Iterator[dict[str, Any]] | None = None
-        self._batches = 0
-
-    @property
-    def _shuffles(self) -> bool:
-        return self.is_training if self.shuffle is None else self.shuffle
-
-    @property
-    def _repeats(self) -> bool:
-        return self.is_training if self.repeat is None else self.repeat
 
     def data(self) -> _Data:
         """The manifest, read and checked on first use (building a config reads nothing)."""
@@ -204,65 +185,29 @@ class ManifestInput(Input):
                 "text_length": jax.ShapeDtypeStruct((b,), np.int32),
                 "weight": jax.ShapeDtypeStruct((b,), np.float32)}
 
-    # The stream.
+    # The stream (IndexedInput).
 
-    def _pipeline(self, first: int, workers: bool) -> grain.IterDataset:
-        data = self.data()
-        end = sys.maxsize if self._repeats else data.plan.num_batches
-        load = LoadBatch(data, self, self.process_index * self.local_batch_size)
-        batches = grain.MapDataset.range(first, max(first, end)).map(load).to_iter_dataset()
-        if workers and self.num_workers and self._repeats:
-            _absl_flags_parsed()
-            batches = batches.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.num_workers, per_worker_buffer_size=2))
-        return batches
+    def data_key(self) -> str:
+        return self.data().key
 
-    def peek(self) -> dict[str, np.ndarray]:
-        return self._unpack(dict(next(iter(self._pipeline(self._batches, workers=False)))))[1]
+    def num_batches(self) -> int:
+        return self.data().plan.num_batches
 
-    def get_next(self) -> dict[str, np.ndarray]:
-        if self._iterator is None:
-            self._iterator = iter(self._pipeline(self._batches, workers=True))
-        self._batches, batch = self._unpack(dict(next(self._iterator)))
-        return batch
+    def batch_reader(self) -> LoadBatch:
+        return LoadBatch(self.data(), self)
 
-    def _unpack(self, batch: dict[str, Any]) -> tuple[int, dict[str, np.ndarray]]:
+    def received(self, batch: dict[str, Any], peeking: bool) -> dict[str, np.ndarray]:
         bad = str(batch.pop(_BAD))
         if bad:
             raise UsageError(f"input '{self.name}': cannot read {bad}; replace the file or "
                              f"remove its line from {self.manifest}")
-        return int(batch.pop(_BATCHES)), batch
+        return batch
 
-    def shard(self, process_index: int, process_count: int) -> None:
-        super().shard(process_index, process_count)
-        self._close()  # another process reads other rows
-
-    def get_state(self) -> dict[str, Any]:
-        return {"batches": self._batches, "data": self.data().key}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or not isinstance(state.get("batches"), int):
-            raise ValueError(f"not a position of a manifest input: {state!r}")
-        saved, key = str(state.get("data")), self.data().key
-        if saved != key:
-            changed = ("the manifest's utterances (files, transcripts or lengths)"
-                       if saved.partition("-")[0] != key.partition("-")[0] else
-                       "the settings (seed, batch_size, shuffle, repeat, sample_rate or "
-                       "bucket_seconds)")
-            raise UsageError(f"input '{self.name}': the checkpoint's input position was read "
-                             f"with other data: {changed} changed since; restore them, or "
-                             f"train in a new job directory")
-        self._close()
-        self._batches = state["batches"]
-
-    def initial_state(self) -> dict[str, Any]:
-        return {"batches": 0, "data": self.data().key}
-
-    def _close(self) -> None:
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()  # mp_prefetch's worker processes
-        self._iterator = None
+    def what_changed(self, saved_key: str) -> str:
+        key = self.data().key
+        if saved_key.partition("-")[0] != key.partition("-")[0]:
+            return "the manifest's utterances (files, transcripts or lengths)"
+        return "the settings (seed, batch_size, shuffle, repeat, sample_rate or bucket_seconds)"
 
 
 class _Data:
@@ -277,7 +222,7 @@ class _Data:
         _check_utterances(spec, utterances)
         samples = np.asarray([u.info.samples_at(spec.sample_rate) for u in utterances])
         self.bounds = tuple(_samples(b, spec.sample_rate) for b in spec.bucket_seconds)
-        if not self.bounds or (not spec._repeats and samples.max() > self.bounds[-1]):
+        if not self.bounds or (not spec.repeats and samples.max() > self.bounds[-1]):
             self.bounds = (*self.bounds, int(samples.max()))  # an eval set counts them all
         buckets = assign(samples, self.bounds)
         kept = np.flatnonzero(buckets < len(self.bounds))
@@ -288,9 +233,9 @@ class _Data:
         self.labels = [chars.encode(u.text) for u in self.utterances]
         longest = max(len(label) for label in self.labels)
         self.text_length = spec.max_text_length or max(8, -(-longest // 8) * 8)
-        if spec._repeats:
+        if spec.repeats:
             self.plan = TrainingPlan(buckets, len(self.bounds), spec.batch_size, spec.seed,
-                                     spec._shuffles)
+                                     spec.shuffles)
             if not self.plan.batches_per_epoch:
                 counts = [len(m) for m in self.plan.members]
                 raise UsageError(f"{where}: no bucket of {spec.manifest} holds a full batch of "
@@ -298,12 +243,12 @@ class _Data:
                                  f"lower batch_size or use fewer, wider bucket_seconds")
         else:
             self.plan = EvalPlan(self.samples, buckets, spec.batch_size, spec.seed,
-                                 spec._shuffles)
+                                 spec.shuffles)
         folder = os.path.dirname(os.path.abspath(spec.manifest))  # the data may move whole
         self.key = "-".join((
-            _fingerprint([(os.path.relpath(u.audio, folder), u.text, u.info.frames,
+            fingerprint([(os.path.relpath(u.audio, folder), u.text, u.info.frames,
                            u.info.sample_rate) for u in self.utterances]),
-            _fingerprint(spec.seed, spec._shuffles, spec._repeats, spec.batch_size,
+            fingerprint(spec.seed, spec.shuffles, spec.repeats, spec.batch_size,
                          spec.sample_rate, self.bounds)))
 
 
@@ -351,11 +296,11 @@ class LoadBatch:
     grain's worker processes unpickle it). A file that cannot be decoded is reported in the
     batch (``_BAD``), for the main process to stop with a line naming it."""
 
-    def __init__(self, data: _Data, spec: ManifestInput, first_row: int):
+    def __init__(self, data: _Data, spec: ManifestInput):
         self.plan, self.bounds, self.labels = data.plan, data.bounds, data.labels
         self.paths = [u.audio for u in data.utterances]
         self.samples, self.text_length = data.samples, data.text_length
-        self.rows = slice(first_row, first_row + spec.local_batch_size)
+        self.rows = spec.process_rows()
         self.sample_rate, self.on_other_rate = spec.sample_rate, spec.on_other_rate
 
     def __call__(self, k: int) -> dict[str, Any]:
@@ -366,7 +311,7 @@ class LoadBatch:
                  "audio_length": np.zeros(n, np.int32),
                  "text": np.zeros((n, self.text_length), np.int32),
                  "text_length": np.zeros(n, np.int32), "weight": np.zeros(n, np.float32),
-                 _BATCHES: np.int64(k + 1), _BAD: ""}
+                 _BAD: ""}
         for i, u in enumerate(rows.tolist()):
             if u == PADDING:
                 continue
@@ -392,16 +337,3 @@ class LoadBatch:
 
 def _samples(seconds: float, sample_rate: int) -> int:
     return round(seconds * sample_rate)
-
-
-def _absl_flags_parsed() -> None:
-    """grain's worker processes read absl flags, which only absl's own ``app.run`` parses."""
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
-def _fingerprint(*parts: Any) -> str:
-    """A short hash of JSON-able ``parts``."""
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]

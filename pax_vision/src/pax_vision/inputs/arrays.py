@@ -10,8 +10,8 @@ from typing import ClassVar
 
 import numpy as np
 
-from pax_core import UsageError
-from pax_vision.inputs.base import ImageInput, fingerprint
+from pax_core import UsageError, fingerprint
+from pax_vision.inputs.base import ImageInput
 
 IDX_IMAGES, IDX_LABELS = 2051, 2049  # the magic numbers of idx3 (images) and idx1 (labels)
 IDX_SPLITS = {"train": "train", "test": "t10k"}

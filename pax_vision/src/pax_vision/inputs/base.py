@@ -1,12 +1,11 @@
-"""What pax-vision's inputs share: batches of labelled images from an ``ImageSource``, on grain.
+"""What pax-vision's inputs share: batches of labelled images from an ``ImageSource``, on the
+core's ``IndexedInput``.
 
-The example stream is the source's examples in a seeded order (a new permutation every epoch,
-grain's ``shuffle`` then ``repeat``), and global batch ``k`` is stream positions
-``[k * batch_size, (k + 1) * batch_size)``: process ``p`` decodes only its rows of it. The
-position saved in checkpoints is the number of batches read, so a resume continues on the exact
-next batch, also with another number of processes. With ``num_workers`` > 0 (a repeating
-input), grain's ``mp_prefetch`` decodes in worker processes, worker ``w`` assembling batches
-``w, w + W, ...``: the batches are the same for any number of workers.
+The example stream is the source's examples in a seeded order (a new permutation every epoch),
+and global batch ``k`` is stream positions ``[k * batch_size, (k + 1) * batch_size)``: process
+``p`` decodes only its rows of it. The position saved in checkpoints is the number of batches
+read, so a resume continues on the exact next batch, also with another number of processes or
+workers (``IndexedInput``).
 
 Augmentation draws from a generator seeded by (seed, batch, row) alone, so it too is the same
 whatever the process and worker counts. A finite input (evaluation) reads the source once in
@@ -21,21 +20,15 @@ written, so a bad source fails there.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import math
-import sys
-from collections.abc import Iterator
 from typing import Any, ClassVar, Protocol
 
 import grain
 import jax
 import numpy as np
 
-from pax_core import Input, UsageError, warn
+from pax_core import IndexedInput, UsageError, fingerprint, warn
 from pax_vision.inputs import transforms
 
-_BATCHES = "_batches"  # how many batches have been read once this one is
 _SKIPPED = "_skipped"  # the files of the batch's undecodable images
 ON_BAD_IMAGE = ("skip", "stop")
 
@@ -62,18 +55,18 @@ class ImageSource(Protocol):
 
 
 @dataclasses.dataclass
-class ImageInput(Input):
+class ImageInput(IndexedInput):
     """Batches ``image`` (``uint8 [local batch, size, size, channels]``), ``label`` (int32) and
     ``weight`` (float32, 0 on padding and skipped images).
 
     ``image_size``: the side images are brought to (0: the source's own, for sources of one
     size). ``num_classes``: the model's (0: the source's); a source with another count is
     refused. ``augment`` (training): random resized crops of ``crop_scale`` of the area,
-    flipped when ``flip``; otherwise the centre crop of ``crop_fraction``. ``shuffle`` and
-    ``repeat`` default to ``is_training``.
+    flipped when ``flip``; otherwise the centre crop of ``crop_fraction``.
     """
 
     CHANNELS: ClassVar[int] = 3
+    CHANGED: ClassVar[str] = "the images, seed, batch_size, shuffle or repeat"
 
     image_size: int = 0
     num_classes: int = 0
@@ -81,9 +74,6 @@ class ImageInput(Input):
     crop_scale: tuple[float, float] = (0.08, 1.0)
     flip: bool = True
     crop_fraction: float = 0.875
-    shuffle: bool | None = None
-    repeat: bool | None = None
-    num_workers: int = 0
     on_bad_image: str = "skip"
 
     def __post_init__(self):
@@ -94,14 +84,10 @@ class ImageInput(Input):
         if self.on_bad_image not in ON_BAD_IMAGE:
             raise UsageError(f"{where}: on_bad_image must be one of {', '.join(ON_BAD_IMAGE)}, "
                              f"got {self.on_bad_image!r}")
-        if self.num_workers < 0:
-            raise UsageError(f"{where}: num_workers must be >= 0, got {self.num_workers}")
         if not 0 < self.crop_fraction <= 1:
             raise UsageError(f"{where}: crop_fraction must be in (0, 1], got "
                              f"{self.crop_fraction}")
         self._opened: ImageSource | None = None
-        self._iterator: Iterator[dict[str, np.ndarray]] | None = None
-        self._batches = 0
         self._skipped = 0
 
     # What a subclass provides.
@@ -117,14 +103,6 @@ class ImageInput(Input):
         if self._opened is None:
             self._opened = self._open_source()
         return self._opened
-
-    @property
-    def _shuffles(self) -> bool:
-        return self.is_training if self.shuffle is None else self.shuffle
-
-    @property
-    def _repeats(self) -> bool:
-        return self.is_training if self.repeat is None else self.repeat
 
     def size(self) -> int:
         """The side of the batch's images."""
@@ -152,83 +130,35 @@ class ImageInput(Input):
                 "label": jax.ShapeDtypeStruct((b,), np.int32),
                 "weight": jax.ShapeDtypeStruct((b,), np.float32)}
 
-    # The stream.
+    # The stream (IndexedInput).
 
-    def _data_key(self) -> str:
-        """What decides which images each batch holds: equal keys, equal batches."""
-        return fingerprint(self.seed, self._shuffles, self._repeats, self.batch_size,
+    def data_key(self) -> str:
+        return fingerprint(self.seed, self.shuffles, self.repeats, self.batch_size,
                            self.source().fingerprint)
 
-    def _pipeline(self, first: int, workers: bool) -> grain.IterDataset:
-        source = self.source()
-        order = grain.MapDataset.range(source.num_examples)
-        if self._shuffles:
-            order = order.shuffle(seed=self.seed % 2**32)
-        if self._repeats:
-            order, end = order.repeat(), sys.maxsize
-        else:
-            end = math.ceil(source.num_examples / self.batch_size)
-        load = LoadBatch(source, order, self, self.process_index * self.local_batch_size)
-        batches = grain.MapDataset.range(first, max(first, end)).map(load).to_iter_dataset()
-        if workers and self.num_workers and self._repeats:
-            _absl_flags_parsed()
-            batches = batches.mp_prefetch(grain.MultiprocessingOptions(
-                num_workers=self.num_workers, per_worker_buffer_size=2))
-        return batches
+    def num_batches(self) -> int:
+        return self.finite_batches(self.source().num_examples)
 
-    def peek(self) -> dict[str, np.ndarray]:
-        batch = dict(next(iter(self._pipeline(self._batches, workers=False))))
-        batch.pop(_BATCHES)
-        batch.pop(_SKIPPED)
-        return batch
+    def batch_reader(self) -> LoadBatch:
+        return LoadBatch(self.source(), self.example_order(self.source().num_examples), self)
 
-    def get_next(self) -> dict[str, np.ndarray]:
-        if self._iterator is None:
-            self._iterator = iter(self._pipeline(self._batches, workers=True))
-        batch = dict(next(self._iterator))
-        self._batches = int(batch.pop(_BATCHES))
-        for where in batch.pop(_SKIPPED):
+    def received(self, batch: dict[str, Any], peeking: bool) -> dict[str, np.ndarray]:
+        skipped = batch.pop(_SKIPPED)
+        for where in [] if peeking else skipped:
             self._skipped += 1
             warn(f"input '{self.name}': skipped {where} ({self._skipped} unreadable images "
                  f"so far)")
         return batch
-
-    def shard(self, process_index: int, process_count: int) -> None:
-        super().shard(process_index, process_count)
-        self._close()  # another process reads other rows
-
-    def get_state(self) -> dict[str, Any]:
-        return {"batches": self._batches, "data": self._data_key()}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        if not isinstance(state, dict) or not isinstance(state.get("batches"), int):
-            raise ValueError(f"not a position of an image input: {state!r}")
-        if state.get("data") != self._data_key():
-            raise UsageError(f"input '{self.name}': the checkpoint's input position was read "
-                             f"from other data or settings (the images, seed, batch_size, "
-                             f"shuffle or repeat changed since); restore them, or train in a "
-                             f"new job directory")
-        self._close()
-        self._batches = state["batches"]
-
-    def initial_state(self) -> dict[str, Any]:
-        return {"batches": 0, "data": self._data_key()}
-
-    def _close(self) -> None:
-        close = getattr(self._iterator, "close", None)
-        if close is not None:
-            close()  # mp_prefetch's worker processes
-        self._iterator = None
 
 
 class LoadBatch:
     """Global batch ``k`` -> this process's rows of it, decoded and transformed (a class, so
     that grain's worker processes unpickle it)."""
 
-    def __init__(self, source: ImageSource, order: grain.MapDataset, spec: ImageInput,
-                 first_row: int):
+    def __init__(self, source: ImageSource, order: grain.MapDataset, spec: ImageInput):
         self.source, self.order = source, order
-        self.rows = range(first_row, first_row + spec.local_batch_size)
+        rows = spec.process_rows()
+        self.rows = range(rows.start, rows.stop)
         self.batch_size, self.seed, self.size = spec.batch_size, spec.seed, spec.size()
         self.channels = spec.CHANNELS
         self.augment = spec.augment and spec.is_training
@@ -257,24 +187,10 @@ class LoadBatch:
                 continue
             images[i] = self._view(image, k, row)
             labels[i], weights[i] = label, 1.0
-        return {"image": images, "label": labels, "weight": weights,
-                _BATCHES: np.int64(k + 1), _SKIPPED: skipped}
+        return {"image": images, "label": labels, "weight": weights, _SKIPPED: skipped}
 
     def _view(self, image: np.ndarray, k: int, row: int) -> np.ndarray:
         if self.augment:
             rng = np.random.default_rng([self.seed, k, row])
             return transforms.augment(image, self.size, rng, self.crop_scale, self.flip)
         return transforms.centre_crop(image, self.size, self.crop_fraction)
-
-
-def _absl_flags_parsed() -> None:
-    """grain's worker processes read absl flags, which only absl's own ``app.run`` parses."""
-    from absl import flags
-
-    if not flags.FLAGS.is_parsed():
-        flags.FLAGS.mark_as_parsed()
-
-
-def fingerprint(*parts: Any) -> str:
-    """A short hash of JSON-able ``parts``: a source's identity in positions."""
-    return hashlib.sha256(json.dumps(parts, default=str).encode()).hexdigest()[:16]

@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from pax_core import UsageError, parse_tf_example, tfds_split_files
-from pax_vision.inputs.base import BadImage, ImageInput, fingerprint
+from pax_core import UsageError, fingerprint, parse_tf_example, tfds_split_files
+from pax_vision.inputs.base import BadImage, ImageInput
 
 IMAGE_SUFFIXES = frozenset({".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff"})
 

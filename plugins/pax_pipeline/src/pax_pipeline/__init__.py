@@ -6,8 +6,7 @@ The names below are imported lazily (PEP 562) so that importing ``pax_pipeline.p
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pax_core import public_face
 
 __version__ = "0.1.0"
 
@@ -18,9 +17,4 @@ _EXPORTS = {
     "experiment_settings": "pax_pipeline.schedule",
 }
 __all__ = ["Pipeline", "PipelinedStack", "Schedule", "__version__", "experiment_settings"]
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pax_pipeline' has no attribute {name!r}")
+__getattr__ = public_face(__name__, _EXPORTS)

@@ -23,7 +23,8 @@ from typing import Any
 
 import ray
 
-from pax_core import TrialRunner, UsageError
+from pax_core import UsageError
+from pax_sweep import TrialRunner
 
 PASSED_ON = ("PAX_", "JAX_", "XLA_", "LIBTPU_", "NCCL_")
 _LOST = 143  # a trial whose actor or node died: resumable, as a trial stopped on request

@@ -9,7 +9,9 @@ Each process reads its own shard, ``seqio.ShardInfo(index=process_index,
 num_shards=process_count)``, as Pax did: SeqIO shards by file when the split has at least as
 many files as processes, else by example. The data a process sees therefore depends on the
 process count, and a saved position only means something for the process count that saved it:
-``set_state`` refuses a position saved with another count.
+``set_state`` refuses a position saved with another count. The rest of a position's rules (a
+position of another task, split or settings refused; order defaults from ``is_training``) are
+the core's ``IndexedInput``, whose stream here is SeqIO's tf.data pipeline.
 
 TensorFlow and SeqIO are imported when an input is built, never when this module is imported,
 so an experiment module can name ``SeqIOInput`` without loading TensorFlow.
@@ -26,11 +28,12 @@ import importlib
 import math
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from pax_core import Input, UsageError
+from pax_core import IndexedInput, UsageError, fingerprint
 
 if TYPE_CHECKING:
     import jax
@@ -74,7 +77,7 @@ def _first_line(error: BaseException) -> str:
 
 
 @dataclasses.dataclass
-class SeqIOInput(Input):
+class SeqIOInput(IndexedInput):
     """This process's batches of a SeqIO task or mixture: ``ids``, ``labels``, ``weights``
     (float32), ``segment_ids`` and ``segment_pos``, each ``[local batch, seq_len]`` with
     ``seq_len = task_feature_lengths["targets"]``.
@@ -93,16 +96,18 @@ class SeqIOInput(Input):
       a token is predicted (weight > 0) and 0 on padding, ``segment_pos`` 0, 1, 2, ...
     * ``shuffle``, ``repeat``: default ``is_training``. Shuffling (files and examples) is seeded
       by ``seed``, so a pipeline rebuilt with the same settings gives the same batches.
+      ``num_workers`` must stay 0: tf.data reads in parallel itself.
     * ``use_cached``: read the task's offline cache (``seqio.add_global_cache_dirs``).
     * ``module_imports``: modules imported before the lookup: those that register the tasks.
 
-    Position: ``get_state()`` is ``{"batches": n, "rows_per_process": r, "process_count": P}``:
-    this input has delivered ``n`` batches, ``r`` rows of its shard (``n`` times the local batch
-    size, padding rows included), in a run of ``P`` processes. ``set_state`` rebuilds the
-    pipeline and skips ``r`` rows of the shard, so a resumed run continues with the next batch
-    (and a changed batch size with the next example). A position saved with another process
-    count is refused with a ``UsageError``: with another count every process reads another
-    shard, so no position of the old run names the same data.
+    Position: ``get_state()`` is ``{"batches": n, "rows_per_process": r, "process_count": P,
+    "data": key}``: this input has delivered ``n`` batches, ``r`` rows of its shard (``n`` times
+    the local batch size, padding rows included), in a run of ``P`` processes, of the task,
+    split and settings ``key`` names. ``set_state`` rebuilds the pipeline and skips ``r`` rows
+    of the shard, so a resumed run continues with the next batch (and a changed batch size with
+    the next example). A position saved with another process count is refused with a
+    ``UsageError``: with another count every process reads another shard, so no position of the
+    old run names the same data; so is one of another task, split or settings.
 
     A finite input (``repeat=False``, the default for eval) counts the rows of every process's
     shard first, so that every process reads the same number of batches, the largest shard's;
@@ -116,10 +121,11 @@ class SeqIOInput(Input):
     mixture_or_task_name: str = ""
     split_name: str = "train"
     task_feature_lengths: dict[str, int] = dataclasses.field(default_factory=dict)
+    CHANGED: ClassVar[str] = ("the task, split, feature lengths, packing, seed, shuffle or "
+                              "repeat")
+
     feature_converter: str = "lm"
     packing: bool | None = None
-    shuffle: bool | None = None
-    repeat: bool | None = None
     use_cached: bool = False
     module_imports: tuple[str, ...] = ()
 
@@ -137,10 +143,6 @@ class SeqIOInput(Input):
         # The registry lookup imports TensorFlow but reads no data: a wrong name, split or
         # feature stops `pax train` (exit 2) before anything is written, eval inputs included.
         self._provider = self._look_up()
-        self._rows = 0  # rows of this shard delivered (padding rows included)
-        self._iterator: Any = None
-        self._pending: dict[str, np.ndarray] | None = None  # a batch read by peek()
-        self._read_rows = 0  # rows the iterator has given (delivered or pending)
         self._shard_rows: list[int] | None = None  # every shard's row count (finite input)
 
     # -- configuration -------------------------------------------------------------------------
@@ -152,14 +154,6 @@ class SeqIOInput(Input):
     @property
     def _packs(self) -> bool:
         return self.is_training if self.packing is None else self.packing
-
-    @property
-    def _shuffles(self) -> bool:
-        return self.is_training if self.shuffle is None else self.shuffle
-
-    @property
-    def _repeats(self) -> bool:
-        return self.is_training if self.repeat is None else self.repeat
 
     @property
     def seq_len(self) -> int:
@@ -178,7 +172,10 @@ class SeqIOInput(Input):
             if not isinstance(length, int) or isinstance(length, bool) or length < 1:
                 raise UsageError(f"{where}: task_feature_lengths[{feature!r}] must be a positive "
                                  f"integer, got {length!r}")
-        if self._repeats and not self.is_training and self.eval_num_batches == -1:
+        if self.num_workers:
+            raise UsageError(f"{where}: num_workers must be 0: SeqIO's tf.data pipeline reads in "
+                             f"parallel itself")
+        if self.repeats and not self.is_training and self.eval_num_batches == -1:
             raise UsageError(f"{where}: repeat=True with eval_num_batches=-1 never ends; set "
                              f"eval_num_batches or leave repeat to its default")
 
@@ -243,12 +240,6 @@ class SeqIOInput(Input):
         if process_count != self.process_count:
             self._shard_rows = None
         super().shard(process_index, process_count)
-        self._rows = 0
-        self._restart()
-
-    def _restart(self) -> None:
-        """Drop the pipeline; the next read rebuilds it at ``self._rows``."""
-        self._iterator, self._pending, self._read_rows = None, None, self._rows
 
     def _examples(self, index: int, count: int) -> tf.data.Dataset:
         """Shard ``index`` of ``count``: one example (a row of Pax's keys) at a time."""
@@ -260,8 +251,8 @@ class SeqIOInput(Input):
                 feature_converter=seqio.LMFeatureConverter(pack=self._packs),
                 dataset_split=self.split_name,
                 use_cached=self.use_cached,
-                shuffle=self._shuffles,
-                num_epochs=None if self._repeats else 1,
+                shuffle=self.shuffles,
+                num_epochs=None if self.repeats else 1,
                 shard_info=seqio.ShardInfo(index=index, num_shards=count),
                 seed=self.seed,
                 verbose=False,
@@ -276,22 +267,11 @@ class SeqIOInput(Input):
             _to_pax_keys, tf, self._packs))  # plain TensorFlow ops: nothing to convert
         return ds.with_options(options).map(to_pax, num_parallel_calls=tf.data.AUTOTUNE)
 
-    def _batches(self) -> Any:
-        """Numpy batches of this shard from row ``self._rows`` on, built on first use (after
-        the core's ``shard`` call)."""
-        if self._iterator is None:
-            _, tf = _libraries()
-            ds = self._examples(self.process_index, self.process_count)
-            ds = ds.skip(self._rows).batch(self.local_batch_size, drop_remainder=self._repeats)
-            self._iterator = ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator()
-            self._read_rows = self._rows
-        return self._iterator
-
     def shard_rows(self) -> list[int]:
         """Rows in each process's shard of a finite input (examples, or packed rows), counted
         once per process count; every process counts them all, so all agree on the number of
         batches."""
-        if self._repeats:
+        if self.repeats:
             raise UsageError(f"{self._where}: a repeating input has no end to count")
         if self._shard_rows is None:
             counts = [int(self._examples(p, self.process_count).reduce(
@@ -302,31 +282,53 @@ class SeqIOInput(Input):
             self._shard_rows = counts
         return self._shard_rows
 
-    @property
     def num_batches(self) -> int:
         """Batches a finite input gives on every process: its largest shard's."""
         return max(math.ceil(rows / self.local_batch_size) for rows in self.shard_rows())
 
-    def _read(self) -> dict[str, np.ndarray]:
-        """The next local batch from the pipeline, padded at the end of a finite shard."""
-        if not self._repeats and self._read_rows >= self.num_batches * self.local_batch_size:
-            raise StopIteration
+    # -- the stream (IndexedInput): this shard's rows, from a number of rows on --------------
+
+    def data_key(self) -> str:
+        return fingerprint(self.mixture_or_task_name, self.split_name,
+                           self.task_feature_lengths, self.feature_converter, self._packs,
+                           self.seed, self.shuffles, self.repeats, self.use_cached)
+
+    def stream(self, position: dict[str, Any], workers: bool) -> Iterator[dict[str, Any]]:
+        del workers  # tf.data's own
+        rows = position["rows_per_process"]
         _, tf = _libraries()
-        try:
-            batch = next(self._batches())
-        except StopIteration:
-            if self._repeats:
-                raise UsageError(
-                    f"{self._where}: split {self.split_name!r} of "
-                    f"{self.mixture_or_task_name!r} gives process {self.process_index} of "
-                    f"{self.process_count} no examples (SeqIO shards by file when a split has "
-                    f"at least as many files as processes, else by example)") from None
-            batch = None  # past this shard's end: a batch of padding
-        except tf.errors.NotFoundError as e:
-            raise UsageError(f"{self._where}: SeqIO cannot read {self.mixture_or_task_name!r} "
-                             f"split {self.split_name!r}: {_first_line(e)}") from e
-        self._read_rows += self.local_batch_size
-        return self._padded(batch)
+        ds = self._examples(self.process_index, self.process_count)
+        ds = ds.skip(rows).batch(self.local_batch_size, drop_remainder=self.repeats)
+        end = None if self.repeats else self.num_batches() * self.local_batch_size
+        return self._padded_batches(ds.prefetch(tf.data.AUTOTUNE).as_numpy_iterator(), rows,
+                                    end)
+
+    def _padded_batches(self, batches: Iterator[dict[str, np.ndarray]], rows: int,
+                        end: int | None) -> Iterator[dict[str, Any]]:
+        """The batches after ``rows``, each carrying the position after it; a finite shard
+        is padded with batches of weight 0 up to ``end`` rows."""
+        _, tf = _libraries()
+        while end is None or rows < end:
+            try:
+                batch = next(batches)
+            except StopIteration:
+                if self.repeats:
+                    raise UsageError(
+                        f"{self._where}: split {self.split_name!r} of "
+                        f"{self.mixture_or_task_name!r} gives process {self.process_index} of "
+                        f"{self.process_count} no examples (SeqIO shards by file when a split "
+                        f"has at least as many files as processes, else by example)") from None
+                batch = None  # past this shard's end: a batch of padding
+            except tf.errors.NotFoundError as e:
+                raise UsageError(f"{self._where}: SeqIO cannot read "
+                                 f"{self.mixture_or_task_name!r} split {self.split_name!r}: "
+                                 f"{_first_line(e)}") from e
+            rows += self.local_batch_size
+            yield {**self._padded(batch), self.POSITION: self._position_at(rows)}
+
+    def _position_at(self, rows: int) -> dict[str, int]:
+        return {"batches": rows // self.local_batch_size, "rows_per_process": rows,
+                "process_count": self.process_count}
 
     def _padded(self, batch: dict[str, np.ndarray] | None) -> dict[str, np.ndarray]:
         """``batch`` filled up to the local batch size with rows of weight 0."""
@@ -338,27 +340,10 @@ class SeqIOInput(Input):
                 out[key][:rows] = batch[key]
         return out
 
-    # -- the Input interface -------------------------------------------------------------------
+    def first_position(self) -> dict[str, Any]:
+        return self._position_at(0)
 
-    def get_next(self) -> dict[str, np.ndarray]:
-        if self._pending is not None:
-            batch, self._pending = self._pending, None
-        else:
-            batch = self._read()
-        self._rows += self.local_batch_size
-        return batch
-
-    def peek(self) -> dict[str, np.ndarray]:
-        """The next batch, kept for ``get_next`` (no rebuild of the pipeline)."""
-        if self._pending is None:
-            self._pending = self._read()
-        return self._pending
-
-    def get_state(self) -> dict[str, Any]:
-        return {"batches": self._rows // self.local_batch_size,
-                "rows_per_process": self._rows, "process_count": self.process_count}
-
-    def set_state(self, state: dict[str, Any]) -> None:
+    def read_position(self, state: Any) -> dict[str, Any]:
         try:
             rows, count = int(state["rows_per_process"]), int(state["process_count"])
         except (KeyError, TypeError, ValueError):
@@ -374,12 +359,12 @@ class SeqIOInput(Input):
                 f"{count} process(es), or train in a new job directory")
         if rows < 0:
             raise UsageError(f"{self._where}: rows_per_process must be >= 0, got {rows}")
-        if rows != self._rows or self._iterator is None:
-            self._rows = rows
-            self._restart()
+        return self._position_at(rows)
 
-    def initial_state(self) -> dict[str, Any]:
-        return {"batches": 0, "rows_per_process": 0, "process_count": self.process_count}
+    def set_state(self, state: dict[str, Any]) -> None:
+        if isinstance(state, dict) and self.KEY_NAME not in state:
+            state = {**state, self.KEY_NAME: self.data_key()}  # saved before positions had it
+        super().set_state(state)
 
     def abstract_batch(self) -> dict[str, jax.ShapeDtypeStruct]:
         """Shapes from ``task_feature_lengths`` and the local batch size; reads no data, so

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pax_core import Component, hookimpl
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.3,<2"
+PAX_API = ">=1.12,<2"
 
 
 @hookimpl

@@ -6,8 +6,7 @@ which ``pax plugins`` does, never imports JAX.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pax_core import public_face
 
 __version__ = "0.1.0"
 
@@ -31,9 +30,4 @@ _EXPORTS = {
     "dense_init": "pax_transformer.layers.initializers",
 }
 __all__ = sorted(["__version__", *_EXPORTS])
-
-
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'pax_transformer' has no attribute {name!r}")
+__getattr__ = public_face(__name__, _EXPORTS)

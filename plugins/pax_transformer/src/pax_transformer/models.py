@@ -41,7 +41,6 @@ With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer a
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import flax.linen as nn
@@ -49,7 +48,12 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
-from pax_transformer.layers.block import ACTIVATION_AXES, BlockConfig, block_weights
+from pax_transformer.layers.block import (
+    ACTIVATION_AXES,
+    BlockConfig,
+    block_train_flops_per_token,
+    block_weights,
+)
 from pax_transformer.layers.embedding import Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
@@ -76,6 +80,9 @@ class TransformerLm(nn.Module):
     rules in context those constraints do nothing. ``stack`` builds the layer stack in place of
     ``TransformerStack`` (called with the same arguments; pax-pipeline's ``Pipeline`` runs the
     layers as a pipeline over stages; its ``check(num_layers)``, if any, validates the config).
+    ``attention`` and ``feed_forward`` are the blocks' parts (``layers/parts.py``: a module class
+    or an ``fdl.Partial`` of one, completed with the settings above; None: ``Attention`` and
+    ``FeedForward``); the layout below is theirs, and a part of its own names its weights.
     Dropout (``dropout_rate``, ``train=True``,
     a "dropout" rng) applies to the input embeddings and to each residual branch.
 
@@ -115,6 +122,8 @@ class TransformerLm(nn.Module):
     fp8: bool = False
     fp8_amax_history: int = 1024
     stack: Any = None
+    attention: Any = None
+    feed_forward: Any = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -151,6 +160,8 @@ class TransformerLm(nn.Module):
             dtype=jnp.dtype(self.dtype),
             param_dtype=jnp.dtype(self.param_dtype),
             fp8_amax_history=self.fp8_amax_history if self.fp8 else 0,
+            attention=self.attention,
+            feed_forward=self.feed_forward,
         )
 
     @nn.compact
@@ -298,8 +309,8 @@ def count_params(**fields: Any) -> int:
     """
     m = TransformerLm(**fields)
     d, vocab, bias = m.model_dims, m.vocab_size, int(m.use_bias)
-    norm = 2 * d if m.norm == "layernorm" else d
-    total = vocab * d + m.num_layers * block_weights(m.block_config(), d) + norm
+    config = m.block_config()
+    total = vocab * d + m.num_layers * block_weights(config, d) + config.norm_weights(d)
     if m.position == "learned":
         total += m.max_seq_len * d
     if not m.tied_embedding:
@@ -313,19 +324,16 @@ FLOPS_FORMULA_VERSION = 1
 def train_flops_per_token(model: TransformerLm, seq_len: int) -> float:
     """Training FLOPs (forward and backward) per token, formula version 1.
 
-    ``6 x W + 12 x num_layers x num_heads x dim_per_head x seq_len``: W counts the weights a token
-    multiplies (every weight except the input-embedding table and learned positions, which are
-    looked up, plus the output projection, which a tied model takes from the embedding table);
-    the second term is attention's scores and weighted values (PaLM's convention: full attention,
-    the causal mask's saving is not discounted, and remat's recomputation is not counted).
+    6 per weight a token multiplies (every weight except the input-embedding table and learned
+    positions, which are looked up, plus the output projection, which a tied model takes from the
+    embedding table), with each block's attention and feed-forward answering for themselves
+    (``layers/parts.py``): for pax-transformer's, 6 per weight plus attention's scores and
+    weighted values, ``12 x num_heads x dim_per_head x seq_len`` a layer (PaLM's convention:
+    full attention, the causal mask's saving is not discounted, and remat's recomputation is not
+    counted).
     """
-    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(model)
-              if f.name not in ("parent", "name")}
-    d, vocab = model.model_dims, model.vocab_size
-    weights = count_params(**fields) - vocab * d
-    if model.position == "learned":
-        weights -= model.max_seq_len * d
-    if model.tied_embedding:
-        weights += vocab * d
-    attention = 12 * model.num_layers * model.num_heads * model.head_dims * seq_len
-    return float(6 * weights + attention)
+    d, vocab, bias = model.model_dims, model.vocab_size, int(model.use_bias)
+    config = model.block_config()
+    head = vocab * d if model.tied_embedding else (d + bias) * vocab
+    outside_blocks = 6.0 * (config.norm_weights(d) + head)  # the final norm and the logits
+    return outside_blocks + model.num_layers * block_train_flops_per_token(config, d, seq_len)

@@ -105,6 +105,19 @@ class Attention(nn.Module):
     param_dtype: Any = jnp.float32
     fp8_amax_history: int = 0
 
+    @nn.nowrap
+    def num_weights(self, model_dims: int) -> int:
+        """The four projections' kernels and biases."""
+        d, b, h = model_dims, int(self.use_bias), self.dim_per_head
+        return (d + b) * (self.num_heads + 2 * self.num_kv_heads) * h + (self.num_heads * h + b) * d
+
+    @nn.nowrap
+    def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
+        """6 per weight, plus the scores and weighted values: 12 x heads x dim_per_head x
+        seq_len (PaLM's convention: the causal mask's saving is not discounted)."""
+        return float(6 * self.num_weights(model_dims)
+                     + 12 * self.num_heads * self.dim_per_head * seq_len)
+
     def _projection(
         self, features: tuple[int, ...], in_names: tuple[str, ...], out_names: tuple[str, ...],
         name: str,

@@ -48,6 +48,18 @@ class FeedForward(nn.Module):
     param_dtype: Any = jnp.float32
     fp8_amax_history: int = 0
 
+    @nn.nowrap
+    def num_weights(self, model_dims: int) -> int:
+        """``wi`` (and ``wi_gate``) and ``wo``, with their biases."""
+        d, f, b = model_dims, self.hidden_dims, int(self.use_bias)
+        return (2 if self.gated else 1) * (d + b) * f + (f + b) * d
+
+    @nn.nowrap
+    def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
+        """6 per weight: every token multiplies them all."""
+        del seq_len
+        return float(6 * self.num_weights(model_dims))
+
     def _dense(self, features: int, names: tuple[str, str], name: str) -> Projection:
         return Projection(
             (features,), names[:1], names[1:], self.kernel_init, self.use_bias, self.dtype,

@@ -16,11 +16,10 @@ from pathlib import Path
 import pyglove as pg
 import pytest
 
-from pax_core.backends.cpu import CpuBackend
-from pax_core.errors import UsageError
-from pax_core.files import is_held
-from pax_core.sweep import algorithms, results, space
-from pax_core.sweep.record import (
+from pax_core import CpuBackend, UsageError, is_held
+from pax_core.testing import read_metrics, run_pax, stop_once_saved
+from pax_sweep import algorithms, results, space
+from pax_sweep.record import (
     COMPLETED,
     FAILED,
     RUNNING,
@@ -28,7 +27,6 @@ from pax_core.sweep.record import (
     SweepDir,
     Trial,
 )
-from pax_core.testing import read_metrics, run_pax, stop_once_saved
 
 MLP = ["--exp", "MlpSynthetic", "--metric", "eval/test loss"]
 # Short trials: 40 steps, a checkpoint at the end only.
@@ -46,6 +44,15 @@ def _trials(sweep_dir: Path) -> dict[str, dict]:
 def _results(sweep_dir: Path) -> list[dict[str, str]]:
     with open(sweep_dir / "results.csv") as f:
         return list(csv.DictReader(f))
+
+
+def test_pax_cores_old_names_answer_with_a_warning():
+    import pax_core
+    import pax_sweep
+
+    for name in ("SearchSpace", "TrialRunner"):
+        with pytest.warns(DeprecationWarning, match=f"use pax_sweep.{name}"):
+            assert getattr(pax_core, name) is getattr(pax_sweep, name)
 
 
 # The search space's words.

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.sweep.space import metric_parts
+from pax_sweep.space import metric_parts
 
 _NOT_METRICS = ("step", "kind", "time")
 

@@ -10,9 +10,9 @@ import sys
 import pyglove as pg
 import pytest
 
-from pax_core.errors import UsageError
-from pax_core.sweep import algorithms, space
+from pax_core import UsageError
 from pax_core.testing import run_pax
+from pax_sweep import algorithms, space
 
 SPACE = space.SearchSpace(values=space.parse_search(
     ["LR=floatv(1e-4, 1e-1, log)", "H=oneof([(8,), (32,)])"])).hyper()

@@ -19,7 +19,7 @@ from typing import Any
 
 import pyglove as pg
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 
 GOALS = ("minimize", "maximize")
 # An early-stopping gate judges a trial only once this many trials have reached its step.

@@ -9,7 +9,7 @@ from typing import Any
 
 import pyglove as pg
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 
 NAMES = ("grid", "random", "evolution", "vizier")
 DEFAULT_TRIALS = 16
@@ -60,7 +60,7 @@ def make(name: str, spec: pg.DNASpec, seed: int, trials: int) -> Any:
     elif name == "random":
         algorithm = pg.geno.Random(seed=seed)
     elif name == "vizier":
-        from pax_core.sweep.vizier import VizierDesigner
+        from pax_sweep.vizier import VizierDesigner
 
         algorithm = VizierDesigner(seed=seed)
     else:

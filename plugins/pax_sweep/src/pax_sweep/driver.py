@@ -21,11 +21,9 @@ from pathlib import Path
 
 import pyglove as pg
 
-from pax_core.errors import Stopped, UsageError
-from pax_core.files import is_held
-from pax_core.plugins.host import PluginHost
-from pax_core.sweep import algorithms, metrics, space
-from pax_core.sweep.record import (
+from pax_core import PluginHost, Stopped, UsageError, choose_experiment, is_held
+from pax_sweep import algorithms, metrics, space
+from pax_sweep.record import (
     COMPLETED,
     FAILED,
     INVALID,
@@ -34,8 +32,8 @@ from pax_core.sweep.record import (
     SweepDir,
     Trial,
 )
-from pax_core.sweep.runners import runner, trial_resources
-from pax_core.sweep.stopping import EarlyStopping
+from pax_sweep.runners import runner, trial_resources
+from pax_sweep.stopping import EarlyStopping
 
 POLL_S = 0.5
 STOPPED = (130, 143)  # a trial that saved its checkpoint and stopped: it resumes
@@ -108,9 +106,7 @@ class Sweep:
     check that can refuse the command runs here, before anything is written."""
 
     def __init__(self, host: PluginHost, options: SweepOptions):
-        from pax_core.config.resolve import choose
-
-        chosen = choose(host, options.exp, options.plugin, list(options.set_items))
+        chosen = choose_experiment(host, options.exp, options.plugin, list(options.set_items))
         self.options = options
         self.space = space.combine(
             chosen.experiment.search(),

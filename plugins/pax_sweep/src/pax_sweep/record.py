@@ -18,8 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
-from pax_core.files import held, write_atomic
+from pax_core import UsageError, held, write_atomic
 
 # A trial's statuses: ``running`` (started, not ended: an interrupted trial resumes from its
 # checkpoint), ``completed``, ``stopped early`` (by the early-stopping rule: its metric is the

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pyglove as pg
 
-from pax_core.sweep import algorithms, metrics
-from pax_core.sweep.record import COMPLETED, STOPPED_EARLY, Trial
-from pax_core.sweep.space import MIN_REPORTED
+from pax_sweep import algorithms, metrics
+from pax_sweep.record import COMPLETED, STOPPED_EARLY, Trial
+from pax_sweep.space import MIN_REPORTED
 
 
 class EarlyStopping:

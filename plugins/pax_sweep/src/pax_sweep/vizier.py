@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyglove as pg
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 
 _REWARD = "reward"
 

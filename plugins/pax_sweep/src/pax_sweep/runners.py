@@ -2,8 +2,9 @@
 
 A trial is a ``pax train`` command line with its own job directory, so a runner only has to run
 command lines somewhere and say when each ends and with what exit status; the sweep does the
-rest (choosing, recording, reading metrics). ``local`` is built in; plugins register others
-(``pax_register_trial_runners``), such as pax-ray's, which sends each trial to a Ray cluster.
+rest (choosing, recording, reading metrics). pax-sweep registers ``local``; plugins register
+others (``pax_register_trial_runners``), such as pax-ray's, which sends each trial to a Ray
+cluster.
 """
 
 from __future__ import annotations
@@ -17,8 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
-from pax_core.plugins.host import PluginHost
+from pax_core import PluginHost, UsageError
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _PRCTL = ctypes.CDLL(None).prctl if sys.platform.startswith("linux") else None
@@ -84,11 +84,10 @@ class LocalRunner(TrialRunner):
     pax-gpu's ``CUDA_VISIBLE_DEVICES``)."""
 
     def __init__(self, host: PluginHost, parallel: int = 1, platform: str | None = None):
-        from pax_core.run.runtime import platform_name, preparing
+        from pax_core import platform_backends  # imports JAX: only where trials run here
 
         self.slots = parallel
-        backends = {e.name: e.build() for e in host.components("backends")}
-        self._backends = list(preparing(backends, platform_name(platform)).values())
+        self._backends = platform_backends(host, platform)
         self._running: dict[str, tuple[int, subprocess.Popen]] = {}
 
     def _environment(self, slot: int) -> dict[str, str]:
@@ -138,9 +137,9 @@ def trial_resources(experiment: Any, platform: str | None) -> dict[str, float]:
     """What one trial needs, in Ray's resource names: a CPU, and on an accelerator platform
     (``--platform`` or ``JAX_PLATFORMS``) as many GPUs or TPU chips as the experiment's mesh
     has devices (one for an experiment that declares no mesh)."""
-    from pax_core.run.runtime import backend_platform, platform_name
+    from pax_core import accelerator_platform  # imports JAX: only when a sweep starts
 
-    kind = _ACCELERATORS.get(backend_platform(platform_name(platform)))
+    kind = _ACCELERATORS.get(accelerator_platform(platform))
     devices = float(experiment.mesh_size() or 1)
     return {"CPU": 1.0, **({kind: devices} if kind else {})}
 
@@ -159,5 +158,5 @@ def runner(host: PluginHost, name: str, parallel: int, platform: str | None) -> 
     made = entry.build(host, parallel=parallel, platform=platform)
     if not isinstance(made, TrialRunner):
         raise UsageError(f"trial runner {name} made a {type(made).__name__}, not a "
-                         f"pax_core.TrialRunner")
+                         f"pax_sweep.TrialRunner")
     return made

@@ -11,10 +11,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import UsageError
-from pax_core.files import write_atomic
-from pax_core.sweep import metrics, space
-from pax_core.sweep.record import COMPLETED, STOPPED_EARLY, SweepDir, Trial
+from pax_core import UsageError, write_atomic
+from pax_sweep import metrics, space
+from pax_sweep.record import COMPLETED, STOPPED_EARLY, SweepDir, Trial
 
 BEST_CURVES = 3
 

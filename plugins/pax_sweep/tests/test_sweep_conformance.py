@@ -1,0 +1,7 @@
+"""pax-sweep passes the conformance suite every plugin runs."""
+
+from pax_core.testing import PluginConformance
+
+
+class TestConformance(PluginConformance):
+    plugin = "sweep"
