@@ -16,9 +16,12 @@ _EXPORTS = {
     "count_params": "pax_transformer.models",
     "train_flops_per_token": "pax_transformer.models",
     "FLOPS_FORMULA_VERSION": "pax_transformer.models",
-    # blocks and their stack
+    # blocks, their parts and their stack
     "BlockConfig": "pax_transformer.layers.block",
+    "TransformerBlock": "pax_transformer.layers.block",
     "block_weights": "pax_transformer.layers.block",
+    "block_train_flops_per_token": "pax_transformer.layers.block",
+    "build_part": "pax_transformer.layers.parts",
     "TransformerStack": "pax_transformer.layers.stack",
     "stack_layer_params": "pax_transformer.layers.stack",
     # the parts other packages build their own blocks from
@@ -27,7 +30,13 @@ _EXPORTS = {
     "Projection": "pax_transformer.layers.dense",
     "Norm": "pax_transformer.layers.normalization",
     "BatchNorm": "pax_transformer.layers.normalization",
+    "TokenEmbedding": "pax_transformer.layers.embedding",
+    "Softmax": "pax_transformer.layers.embedding",
+    "sinusoidal": "pax_transformer.layers.positions",
+    "apply_rotary": "pax_transformer.layers.positions",
+    "LearnedPositions": "pax_transformer.layers.positions",
     "dense_init": "pax_transformer.layers.initializers",
+    "table_init": "pax_transformer.layers.initializers",
 }
 __all__ = sorted(["__version__", *_EXPORTS])
 __getattr__ = public_face(__name__, _EXPORTS)
