@@ -113,12 +113,23 @@ def test_a_renamed_name_warns_and_answers(monkeypatch):
     assert old is pax_core.ModelOutput
 
 
-def test_a_name_moved_to_a_plugin_package_warns_and_names_it():
-    """SearchSpace and TrialRunner moved to pax-sweep, which this environment does not install
-    (its own session checks that they answer there)."""
-    with pytest.warns(DeprecationWarning, match=r"pax_core.SearchSpace moved to pax_sweep"), \
-            pytest.raises(AttributeError, match="pip install pax-sweep"):
-        pax_core.SearchSpace  # noqa: B018
+def test_a_name_moved_to_a_plugin_package_warns_and_names_it(monkeypatch):
+    """A moved name warns, and names the package to install when it is absent (pax-sweep's own
+    session checks that SearchSpace and TrialRunner answer where it is installed)."""
+    monkeypatch.setitem(pax_core._MOVED, "Gone", ("pax_nowhere", "1.13"))
+    with pytest.warns(DeprecationWarning, match=r"pax_core.Gone moved to pax_nowhere .* API "
+                                                 r"1.13; use pax_nowhere.Gone"), \
+            pytest.raises(AttributeError, match="pip install pax-nowhere"):
+        pax_core.Gone  # noqa: B018
+    assert pax_core._MOVED["SearchSpace"][0] == pax_core._MOVED["TrialRunner"][0] == "pax_sweep"
+
+
+@pytest.mark.parametrize(("command", "package"), [("sweep", "pax-sweep"), ("decode", "pax-lm")])
+def test_a_command_of_a_package_not_loaded_names_the_package(command, package):
+    result = _pax("--plugins", "", command, "--job-dir", "x", env=dict(os.environ))
+    assert result.returncode == 2
+    assert result.stderr == (f"pax: error: pax {command} comes with {package}, which is not "
+                             f"installed (or is disabled): pip install {package}\n")
 
 
 def _imports(path: Path) -> list[str]:

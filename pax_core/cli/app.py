@@ -19,8 +19,13 @@ from pax_core.cli.options import (
     RestoreStepOpt,
     SetOpt,
 )
-from pax_core.errors import warn
+from pax_core.errors import UsageError, warn
 from pax_core.plugins.host import PluginHost
+
+# Commands that Pax's own packages add, by the package to install for each: asked for without
+# it, the command says so in one line rather than typer's "No such command".
+PACKAGED_COMMANDS = {"sweep": "pax-sweep", "decode": "pax-lm", "data": "pax-lm",
+                     "tokenizer": "pax-lm", "predict": "pax-vision", "transcribe": "pax-speech"}
 
 
 def _host(ctx: typer.Context) -> PluginHost:
@@ -65,7 +70,6 @@ def new_plugin_command(
     plugin.py, a model, an input, an experiment that trains in seconds, tests, README."""
     from pathlib import Path
 
-    from pax_core.errors import UsageError
     from pax_core.plugins import kit
 
     if modality and backend:
@@ -257,6 +261,16 @@ def launch_command(
     raise typer.Exit(launch.launch(command or [], count, devices))
 
 
+def _not_installed(app: typer.Typer, name: str, package: str) -> None:
+    """A hidden stand-in for ``pax NAME`` whose package is not installed."""
+
+    @app.command(name=name, hidden=True, add_help_option=False,
+                 context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+    def missing() -> None:
+        raise UsageError(f"pax {name} comes with {package}, which is not installed (or is "
+                         f"disabled): pip install {package}")
+
+
 def _plugin_command(app: typer.Typer, host: PluginHost, name: str, help_text: str,
                     hidden: bool = False) -> None:
     """Add ``name`` as a stand-in that resolves and imports the plugin's command only when it
@@ -316,4 +330,8 @@ def build_app(host: PluginHost) -> typer.Typer:
         else:
             _plugin_command(app, host, entry.name,
                             entry.component.help or f"(from plugin {entry.plugin})")
+    registered = {entry.name for entry in commands}
+    for name, package in PACKAGED_COMMANDS.items():
+        if name not in registered:
+            _not_installed(app, name, package)
     return app

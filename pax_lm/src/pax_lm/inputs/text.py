@@ -156,10 +156,10 @@ class _GatherRows:
     def __init__(self, rows: dict[str, np.ndarray], order: Any, batch_size: int,
                  process_rows: slice):
         self.rows, self.order, self.batch_size = rows, order, batch_size
-        self.positions = np.arange(process_rows.start, process_rows.stop)
+        self.process_rows = range(process_rows.start, process_rows.stop)
 
     def __call__(self, k: int) -> dict[str, np.ndarray]:
-        indices = [self.order[k * self.batch_size + int(p)] for p in self.positions]
+        indices = [self.order[k * self.batch_size + row] for row in self.process_rows]
         batch = {key: v[indices].astype(np.int32) for key, v in self.rows.items()}
         batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
         return batch
