@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tomllib
+import zipfile
 from pathlib import Path
 
 import nox
@@ -109,6 +110,10 @@ def plugin_kit(session: nox.Session) -> None:
         session.run("uv", "build", "-q", "--wheel", "--out-dir", wheels, source, external=True)
     for package in (".", "plugins/pax_transformer", "pax_lm"):  # setuptools' build/ folders
         shutil.rmtree(os.path.join(package, "build"), ignore_errors=True)
+    for wheel in glob.glob(os.path.join(wheels, "*.whl")):
+        with zipfile.ZipFile(wheel) as contents:
+            if not any(n.endswith(".dist-info/licenses/LICENSE") for n in contents.namelist()):
+                session.error(f"{wheel} holds no license text (LICENSE beside its pyproject.toml)")
     env = {"PAX_STRICT_PLUGINS": "1"}
     author = _fresh_venv(session, os.path.join(tmp, "author"), "pax-kitdemo[test]",
                          find_links=wheels)

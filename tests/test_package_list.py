@@ -30,3 +30,15 @@ def test_pytest_runs_the_tests_of_the_packages_the_tests_session_installs():
 def test_ruff_sorts_every_package_as_first_party():
     known = SETTINGS["ruff"]["lint"]["isort"]["known-first-party"]
     assert sorted(known) == sorted(p.module for p in PACKAGES)
+
+
+def test_every_package_carries_the_license_it_declares():
+    """Every wheel holds the license's text: setuptools puts a project's LICENSE into its
+    wheel, so each package's project folder has one, the repository's."""
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0" in text
+    for package in PACKAGES:
+        project = ROOT / package.install.split("[")[0]
+        declared = tomllib.loads((project / "pyproject.toml").read_text())["project"]
+        assert declared["license"] == "Apache-2.0", project
+        assert (project / "LICENSE").read_text() == text, project

@@ -7,12 +7,13 @@ import tomllib
 
 import pytest
 from packaging.specifiers import SpecifierSet
+from repo_packages import ROOT
 
 import pax_core
 from pax_core.plugins import kit
 from pax_core.testing import run_pax
 
-MODALITY = ["README.md", "pyproject.toml", "src/pax_my_task/__init__.py",
+MODALITY = ["LICENSE", "README.md", "pyproject.toml", "src/pax_my_task/__init__.py",
             "src/pax_my_task/experiments.py", "src/pax_my_task/inputs.py",
             "src/pax_my_task/models.py", "src/pax_my_task/plugin.py", "tests/conftest.py",
             "tests/test_my_task_conformance.py", "tests/test_my_task_train.py"]
@@ -29,6 +30,8 @@ def test_modality_package_is_complete_and_valid(tmp_path):
         assert "{{" not in path.read_text(), path
     project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
     assert project["name"] == "pax-my-task"
+    assert project["license"] == "Apache-2.0"
+    assert (root / "LICENSE").read_text() == (ROOT / "LICENSE").read_text()
     assert project["entry-points"]["pax"] == {"my_task": "pax_my_task.plugin"}
     core = next(d for d in project["dependencies"] if d.startswith("pax-core"))
     assert pax_core.__version__ in SpecifierSet(core.removeprefix("pax-core"))
