@@ -90,9 +90,27 @@ def test_a_missing_state_folder_falls_back(job):
     _assert_resumed_from(_train(job, 40), 20, damaged=30)
 
 
-def test_a_step_without_a_record_that_does_not_restore_falls_back(job):
+def _drop_records(job: Path) -> None:
+    """A job whose steps have no checksum records (written before records existed)."""
+    for record in (job / "checkpoints").glob("*/pax_checksums.json"):
+        record.unlink()
+
+
+def test_a_step_without_its_record_is_not_trusted_when_an_earlier_one_has_one(job):
+    """A kill between a step's commit and its record leaves it unverifiable: with an earlier
+    step that can be verified, it counts as damaged. Here its bytes were changed too, in a way
+    no format check sees (another input position), which it would otherwise resume from."""
     step = job / "checkpoints" / "30"
     (step / "pax_checksums.json").unlink()
+    (step / "input" / "metadata").write_text('{"index": 7}')
+    result = _train(job, 40)
+    _assert_resumed_from(result, 20, damaged=30)
+    assert "no checksum record" in result.stderr
+
+
+def test_a_step_without_a_record_that_does_not_restore_falls_back(job):
+    _drop_records(job)
+    step = job / "checkpoints" / "30"
     shutil.rmtree(step / "state")
     result = _train(job, 40)
     _assert_resumed_from(result, 20, damaged=30)
@@ -103,7 +121,7 @@ def test_a_step_without_a_record_that_does_not_restore_falls_back(job):
 def test_an_input_position_that_does_not_fit_falls_back(job, checksummed):
     step = job / "checkpoints" / "30"
     if not checksummed:
-        (step / "pax_checksums.json").unlink()
+        _drop_records(job)
     (step / "input" / "metadata").write_text('{"position": "nowhere"}')
     result = _train(job, 40)
     _assert_resumed_from(result, 20, damaged=30)
@@ -141,6 +159,23 @@ def test_stop_on_a_damaged_checkpoint_changes_nothing(job):
     assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["10", "20", "30"]
     assert (job / "runs.jsonl").read_text() == runs
     assert not (job / "damaged_checkpoints").exists()
+
+
+def test_every_checkpoint_damaged_stops_in_one_line_and_again_moving_nothing(job):
+    for step in ("10", "20", "30"):
+        for path in _array_files(job / "checkpoints" / step):
+            _flip_bytes(path)
+    runs = (job / "runs.jsonl").read_text()
+    for _ in range(2):  # the same command again does not start over from step 0
+        result = _train(job, 40)
+        assert result.returncode == 1, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert "every checkpoint in" in result.stderr
+        assert all(f"step {s}: " in result.stderr for s in (10, 20, 30))
+        assert "train again from step 0" in result.stderr
+        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["10", "20", "30"]
+        assert not (job / "damaged_checkpoints").exists()
+        assert (job / "runs.jsonl").read_text() == runs
 
 
 def test_an_unfinished_save_is_removed_with_one_clear_line(job):

@@ -20,13 +20,19 @@ from pax_core.errors import UsageError
 class CheckpointSettings:
     """When to save and what to keep: every ``save_interval_steps``, the newest ``max_to_keep``
     steps, and besides them one every ``keep_interval_steps`` steps and one every
-    ``keep_interval_seconds`` (0: none)."""
+    ``keep_interval_seconds`` (0: none).
+
+    ``read_only`` is for the commands that read a job (``pax eval``, ``pax export``, a
+    modality's ``pax decode``), which may run while ``pax train`` is still writing it: such a
+    checkpointer only restores, and changes nothing under its directory (no save, no clean-up
+    of an unfinished save, which may be the one in progress, no step set aside)."""
 
     save_interval_steps: int
     max_to_keep: int
     async_save: bool = True
     keep_interval_steps: int = 0
     keep_interval_seconds: float = 0.0
+    read_only: bool = False
 
 
 class Checkpointer(abc.ABC):

@@ -4,9 +4,12 @@ Orbax commits a step atomically, but nothing checks the bytes afterwards: a flip
 truncated file in a committed step restores as silently damaged numbers. Once a step is
 committed, process 0 records the size and CRC-32 of every file under it in
 ``STEP/pax_checksums.json`` (written atomically); a restore first compares them. A step without
-the record (written before it existed, or whose process died between commit and record) is
-restored unverified and relies on the storage format's own checks. In a ``gs://`` job the
-files are objects, read back through the same path layer.
+the record (its process died between commit and record, or it was written before records
+existed) cannot be verified: it counts as damaged when an earlier step has a record, so that a
+run falls back to that one; only when no step has one is it restored unverified, relying on the
+storage format's own checks. (Orbax commits a step by renaming its temporary folder, and offers no
+public hook before the rename, so the record cannot be written ahead of the commit.) In a ``gs://``
+job the files are objects, read back through the same path layer.
 """
 
 from __future__ import annotations
@@ -46,12 +49,21 @@ def record(step_dir: str | os.PathLike) -> None:
     write_atomic(step_dir / RECORD, json.dumps(sums, sort_keys=True))
 
 
-def verify(step_dir: str | os.PathLike) -> None:
-    """Compare a step with its record (a step without one passes); raises
-    ``DamagedCheckpoint`` naming the first file that differs."""
+def has_record(step_dir: str | os.PathLike) -> bool:
+    return (job_path(step_dir) / RECORD).exists()
+
+
+def verify(step_dir: str | os.PathLike, earlier_verified: int | None = None) -> None:
+    """Compare a step with its record; raises ``DamagedCheckpoint`` naming the first file that
+    differs. A step without a record passes, unless ``earlier_verified`` names an earlier step
+    that has one."""
     step_dir = job_path(step_dir)
     path = step_dir / RECORD
     if not path.exists():
+        if earlier_verified is not None:
+            raise DamagedCheckpoint(f"it has no checksum record ({RECORD}: its run stopped "
+                                    f"between the step's commit and the record), so it cannot "
+                                    f"be verified, and step {earlier_verified} can")
         return
     try:
         expected = json.loads(path.read_text())

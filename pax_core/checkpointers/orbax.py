@@ -2,7 +2,8 @@
 when complete (in a ``gs://`` bucket, which cannot rename, it writes ``commit_success.txt``
 last), so an interrupted save never passes for a complete step. Each committed
 step also gets a checksum record (``pax_core.checkpointers.integrity``), verified before it is
-restored; the unfinished save a killed run left behind is removed at the next start.
+restored; the unfinished save a killed run left behind is removed at the next start. Opened
+read-only (a command reading a job that may still be training), it changes nothing.
 
 A save that fails on its storage (a full disk, a read-only or vanished directory) is reported
 as soon as it ends, with one line naming the step, the cause and the newest complete step,
@@ -48,12 +49,16 @@ class OrbaxCheckpointer(Checkpointer):
         self._root = job_path(directory)
         self._primary = jax.process_index() == 0
         self._unrecorded: list[int] = []
-        self._remove_unfinished(announce=True)
-        options = ocp.CheckpointManagerOptions(
-            preservation_policy=self._keep(settings),
-            enable_async_checkpointing=settings.async_save,
-            create=True,
-        )
+        if settings.read_only:  # the unfinished save may be one a running job is writing
+            options = ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                   enable_async_checkpointing=False)
+        else:
+            self._remove_unfinished(announce=True)
+            options = ocp.CheckpointManagerOptions(
+                preservation_policy=self._keep(settings),
+                enable_async_checkpointing=settings.async_save,
+                create=True,
+            )
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
         self._identity = self._stat()
@@ -133,7 +138,12 @@ class OrbaxCheckpointer(Checkpointer):
     def all_steps(self) -> list[int]:
         return sorted(self._manager.all_steps())
 
+    def _writable(self) -> None:
+        if self.settings.read_only:
+            raise RuntimeError(f"the checkpointer of {self.directory} was opened read-only")
+
     def set_aside(self, step: int, why: str = "damaged") -> str:
+        self._writable()
         target = self._root.parent / f"{why}_checkpoints" / f"{step}-{int(time.time())}"
         if self._primary:
             move(self._root / str(step), target)
@@ -141,6 +151,7 @@ class OrbaxCheckpointer(Checkpointer):
         return str(target)
 
     def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:
+        self._writable()
         if step in self._manager.all_steps():
             return False
         args = self._ocp.args.Composite(
@@ -163,7 +174,11 @@ class OrbaxCheckpointer(Checkpointer):
         self._unrecorded = []
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
-        integrity.verify(self._root / str(step))
+        # A step without its checksum record (its run died between the commit and the record)
+        # cannot be verified; when an earlier step can, that one is to be trusted instead.
+        verified = [s for s in self._manager.all_steps()
+                    if s < step and integrity.has_record(self._root / str(s))]
+        integrity.verify(self._root / str(step), earlier_verified=max(verified, default=None))
         try:
             saved = self._manager.item_metadata(step)["state"].tree
         except Exception as e:

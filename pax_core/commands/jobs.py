@@ -204,7 +204,7 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
         exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
         config_file = str(jd.path / "config.json") if last.get("config_file") else None
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
-    checkpointer = run.make_checkpointer(str(jd.checkpoints))
+    checkpointer = run.make_checkpointer(str(jd.checkpoints), read_only=True)
     try:
         if not checkpointer.all_steps():
             raise UsageError(f"no complete checkpoint in {jd.checkpoints} (a save was "

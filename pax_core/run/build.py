@@ -24,7 +24,7 @@ from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.records import Registered
-from pax_core.run.runtime import donates_train_state
+from pax_core.run.runtime import check_program, donates_train_state
 from pax_core.run.state import TrainState, ema_params, logical_axes, make_init_fn
 from pax_core.run.steps import make_train_step
 
@@ -92,11 +92,14 @@ class Run:
         """Where ``eval_variables`` live: with the parameters and the model state."""
         return {"params": self.state_shardings.params, **self.state_shardings.model_state}
 
-    def make_checkpointer(self, directory: str) -> Checkpointer:
+    def make_checkpointer(self, directory: str, read_only: bool = False) -> Checkpointer:
+        """The run's checkpointer over ``directory``; ``read_only`` for a command that reads a
+        job, which may still be training (``CheckpointSettings.read_only``)."""
         train = self.task.train
         settings = CheckpointSettings(train.save_interval_steps, train.save_max_to_keep,
                                       keep_interval_steps=train.save_keep_interval_steps,
-                                      keep_interval_seconds=train.keep_interval_seconds())
+                                      keep_interval_seconds=train.keep_interval_seconds(),
+                                      read_only=read_only)
         return self.checkpointer.build(directory, settings)
 
     def compile_train_step(self, donate_state: bool | None = None,
@@ -142,12 +145,14 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
     """The newest checkpoint that restores (or the ``chosen`` step), onto the run's shardings
     (and the input's position), or a fresh state at step 0 when there is none.
 
-    A damaged newest step is set aside (``JOB_DIR/damaged_checkpoints``) and the previous one
-    restored, with a warning naming it; with ``on_damaged_checkpoint='stop'``, or when a step
-    was ``chosen``, the run stops there instead. When every step is damaged the run stops: it
-    never starts over silently.
+    Damaged newer steps are set aside (``JOB_DIR/damaged_checkpoints``) once an older one has
+    restored, with a warning naming each; a read-only checkpointer leaves them in place. With
+    ``on_damaged_checkpoint='stop'``, or when a step was ``chosen``, the run stops at a damaged
+    step instead. When every step is damaged nothing is moved and the run stops, so that the
+    same command never starts over from step 0 silently.
     """
     stop = chosen is not None or run.task.train.on_damaged_checkpoint == "stop"
+    damaged: list[tuple[int, str]] = []
     try:
         steps = checkpointer.all_steps()
         if chosen is not None and chosen not in steps:
@@ -160,25 +165,44 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
                 if input_state:
                     _set_input_position(run.train_input, input_state)
             except DamagedCheckpoint as e:
-                where = None if stop else checkpointer.set_aside(step)
-                if where is None:
+                if stop:
                     remedy = ("choose another --restore-checkpoint-step" if chosen is not None
                               else "move it away to resume from the one before, or set "
                                    "task.train.on_damaged_checkpoint='fallback'")
                     raise UsageError(f"checkpoint step {step} in {checkpointer.directory} is "
                                      f"damaged: {e}; {remedy}") from None
-                warn(f"checkpoint step {step} is damaged ({e}); moved to {where}, trying the "
-                     f"one before it")
+                damaged.append((step, str(e)))
                 continue
+            _set_aside_damaged(checkpointer, damaged, step)
             return state, step
     except PaxError:
         raise
     except Exception as e:
         raise host.provider_error("checkpointer", checkpointer, e) from e
-    if steps:
-        raise RunError(f"no checkpoint in {checkpointer.directory} restores (steps "
-                       f"{', '.join(map(str, steps))} are damaged); use another --job-dir")
+    if damaged:
+        listed = "; ".join(f"step {s}: {why}" for s, why in damaged)
+        raise RunError(f"every checkpoint in {checkpointer.directory} is damaged ({listed}); "
+                       f"nothing was moved: repair them, or move {checkpointer.directory} away "
+                       f"(or use another --job-dir) to train again from step 0")
     return run.init_state(), 0
+
+
+def _set_aside_damaged(checkpointer: Checkpointer, damaged: list[tuple[int, str]],
+                       restored: int) -> None:
+    """Move the damaged steps newer than the ``restored`` one out of the way of the run's
+    later saves, one warning each; a reader (read-only) only says which it passed over."""
+    for step, why in damaged:
+        if checkpointer.settings.read_only:
+            warn(f"checkpoint step {step} is damaged ({why}); using step {restored} "
+                 f"(left in place: the next pax train of this job sets it aside)")
+            continue
+        where = checkpointer.set_aside(step)
+        if where is None:
+            raise UsageError(f"checkpoint step {step} in {checkpointer.directory} is damaged: "
+                             f"{why}; this checkpointer cannot set it aside: move it away to "
+                             f"resume from step {restored}")
+        warn(f"checkpoint step {step} is damaged ({why}); moved to {where}, resuming from "
+             f"step {restored}")
 
 
 def _set_input_position(data: Input, position: dict[str, Any]) -> None:
@@ -270,6 +294,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
         raise  # the model refused the batch (images of another size): the user's to fix
     except Exception as e:
         raise host.provider_error("model", job.task.model, e) from e
+    check_program(host, devices, traced)
     abstract = nn.meta.unbox(boxed)
     shardings = partitioner.state_shardings(abstract, logical_axes(boxed))
     abstract = jax.tree.map(
