@@ -5,6 +5,7 @@ a reader that tidied up the save in progress would kill the run."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,8 +42,9 @@ def test_eval_and_export_of_a_job_in_training_leave_the_run_alone(tmp_path):
         assert train.poll() is None, train.communicate()  # the readers ran while it trained
     finally:
         train.send_signal(signal.SIGTERM)
-        out, err = train.communicate(timeout=240)
+        _, err = train.communicate(timeout=240)
     assert evaluated.returncode == 0, evaluated.stderr
+    assert "absl" not in evaluated.stderr, evaluated.stderr  # Orbax's read-only notes are not news
     assert "test" in json.loads(evaluated.stdout)["eval"]
     assert exported.returncode == 0, exported.stderr
     assert train.returncode == 128 + signal.SIGTERM, err
@@ -64,3 +66,52 @@ def test_a_reader_passes_over_a_damaged_step_and_an_unfinished_save_moving_nothi
     assert json.loads(result.stdout)["step"] == 10
     assert "checkpoint step 20 is damaged" in result.stderr and "left in place" in result.stderr
     assert _listing(job) == before
+
+
+@pytest.fixture(scope="module")
+def small_job(tmp_path_factory) -> Path:
+    job = tmp_path_factory.mktemp("small") / "job"
+    trained = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(job), "--set",
+                      "NUM_TRAIN_STEPS=5")
+    assert trained.returncode == 0, trained.stderr
+    return job
+
+
+def _edit_last_run(job: Path, **changes) -> None:
+    lines = (job / "runs.jsonl").read_text().splitlines()
+    lines[-1] = json.dumps({**json.loads(lines[-1]), **changes})
+    (job / "runs.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_a_job_naming_a_file_of_code_as_its_experiment_is_not_imported(small_job, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(small_job, job)
+    marker = tmp_path / "ran"
+    code = tmp_path / "sent.py"
+    code.write_text(f"open({str(marker)!r}, 'w').close()\n"
+                    "from pax_core.examples import MlpSynthetic\n"
+                    "class Exp(MlpSynthetic):\n    pass\n")
+    _edit_last_run(job, experiment=f"{code}:Exp")
+    for command in (["eval"], ["export", "--output", str(tmp_path / "out")]):
+        result = run_pax(*command, "--job-dir", str(job))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and f"{code}:Exp" in result.stderr
+        assert "pass --exp" in result.stderr
+        assert not marker.exists()
+    trusted = run_pax("eval", "--job-dir", str(job), "--exp", f"{code}:Exp")
+    assert trusted.returncode == 0, trusted.stderr  # named by the user: trusted
+    assert marker.exists()
+
+
+def test_a_config_naming_other_code_is_refused_before_fiddle_imports_it(small_job, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(small_job, job)
+    config = json.loads((job / "config.json").read_text())
+    model = next(o for o in config["objects"].values()
+                 if "pax_core.models" in json.dumps(o.get("items", "")))
+    model["items"][0][1] = {"type": "pyref", "module": "os", "name": "system"}
+    (job / "config.json").write_text(json.dumps(config))
+    _edit_last_run(job, config_file=str(job / "config.json"))
+    result = run_pax("eval", "--job-dir", str(job))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "names os.system" in result.stderr

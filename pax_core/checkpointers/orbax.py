@@ -12,6 +12,7 @@ which a failed save never touches; its unfinished folder is removed."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -36,6 +37,19 @@ def _unfinished(root: Any) -> Iterator[Any]:
                     if path.name.isdigit() and not (path / COMMITTED).exists())
 
 
+@contextlib.contextmanager
+def _quiet_absl(quiet: bool) -> Iterator[None]:
+    """absl's warnings (Orbax logs through it) left out while ``quiet``."""
+    logger = logging.getLogger("absl")
+    level = logger.level
+    if quiet:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 class OrbaxCheckpointer(Checkpointer):
     """Orbax ``CheckpointManager`` under ``JOB_DIR/checkpoints``: asynchronous, keeps the last
     ``max_to_keep`` steps."""
@@ -51,6 +65,7 @@ class OrbaxCheckpointer(Checkpointer):
         self._unrecorded: list[int] = []
         if settings.read_only:  # the unfinished save may be one a running job is writing
             options = ocp.CheckpointManagerOptions(read_only=True, create=False,
+                                                   save_interval_steps=0,
                                                    enable_async_checkpointing=False)
         else:
             self._remove_unfinished(announce=True)
@@ -60,7 +75,9 @@ class OrbaxCheckpointer(Checkpointer):
                 create=True,
             )
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
-        self._manager = ocp.CheckpointManager(directory, options=options, item_handlers=handlers)
+        with _quiet_absl(settings.read_only):  # Orbax warns that it is read-only, as asked
+            self._manager = ocp.CheckpointManager(directory, options=options,
+                                                  item_handlers=handlers)
         self._identity = self._stat()
 
     def _keep(self, settings: CheckpointSettings) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 import jax
 
 from pax_core.checkpointers.base import Checkpointer
+from pax_core.config import trust
 from pax_core.config.resolve import ResolvedExperiment, choose_experiment, configure
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
@@ -191,7 +192,9 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
     use a trained model (``pax eval``, a modality's ``pax decode``).
 
     Without ``exp`` the experiment and overrides recorded by the last ``pax train`` are used
-    (and its config, for a run trained from a config file).
+    (and its config, for a run trained from a config file), provided they name only
+    installed, registered code (``pax_core.config.trust``): a job directory is data, and may
+    come from anyone.
     """
     jd = JobDir(job_dir)
     if not jd.has_checkpoints():
@@ -202,7 +205,11 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
         if last is None:
             raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
         exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
-        config_file = str(jd.path / "config.json") if last.get("config_file") else None
+        trust.check_recorded_experiment(host, exp, str(jd.runs_file))
+        if last.get("config_file"):
+            config_file = str(jd.path / "config.json")
+            with contextlib.suppress(OSError, UnicodeDecodeError):  # unreadable: said below
+                trust.check_config(host, job_path(config_file).read_text(), config_file)
     run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     checkpointer = run.make_checkpointer(str(jd.checkpoints), read_only=True)
     try:
