@@ -82,6 +82,24 @@ def test_repeated_ctrl_c_still_finishes_the_save(tmp_path):
     assert not [p for p in (job / "checkpoints").iterdir() if not p.name.isdigit()]
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, delay", [(signal.SIGINT, 0.3), (signal.SIGINT, 1.5),
+                                           (signal.SIGTERM, 1.0)])
+def test_a_stop_request_during_start_up_is_one_line_and_never_lost(tmp_path, signum, delay):
+    """Start-up is imports, plugins, JAX, compiling: a request at any moment of it ends the run
+    with one line and the signal's status, before it trains to the end."""
+    run = _start(tmp_path / "job")
+    time.sleep(delay)
+    run.send_signal(signum)
+    try:
+        out, err = run.communicate(timeout=90)
+    except subprocess.TimeoutExpired:
+        run.kill()
+        raise AssertionError(f"{signum.name} after {delay} s was lost: the run went on training")
+    assert run.returncode == 128 + signum, err
+    assert err.count("\n") == 1 and err.startswith(f"pax: stopped on request ({signum.name})"), err
+
+
 # Divergence: an input that hands the model NaN features at chosen batches.
 
 EXPERIMENT = textwrap.dedent("""

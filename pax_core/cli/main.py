@@ -9,8 +9,14 @@ its checkpoint saved. A process of a multi-process run that fails does not wait 
 others to finish (``pax_core.parallel.processes``).
 """
 
+# ruff: noqa: E402 (the stop requests are caught before the other imports, which take a second)
 from __future__ import annotations
 
+from pax_core.run import stop_requests
+
+stop_requests.catch()
+
+import signal
 import sys
 import traceback
 
@@ -44,6 +50,13 @@ def _global_options(argv: list[str]) -> dict[str, str]:
     return found
 
 
+def _stopped() -> None:
+    """A stop request that ended the command before a run's loop took signals over."""
+    signum = stop_requests.requested() or signal.SIGINT
+    typer.echo(f"pax: stopped on request ({signal.Signals(signum).name})", err=True)
+    distributed.exit_after_failure(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
     report_background_failures()
     try:
@@ -55,10 +68,18 @@ def main(argv: list[str] | None = None) -> None:
         host = PluginHost(selection)
         app = app_module.build_app(host)
         app(args=argv, prog_name="pax", obj=host)
+    except KeyboardInterrupt:
+        _stopped()
+    except SystemExit as e:  # typer ends a KeyboardInterrupt with 130, and says nothing
+        if e.code == 130 and stop_requests.requested():
+            _stopped()
+        raise
     except PaxError as e:
         typer.echo(f"pax: {e.label}{e}", err=True)
         distributed.exit_after_failure(e.exit_code)
     except Exception:
+        if stop_requests.requested():  # what the interrupted code made of the request
+            _stopped()
         traceback.print_exc()
         distributed.exit_after_failure(1)
 

@@ -103,6 +103,8 @@ def report_background_failures() -> None:
 
     def report(what: str, error: BaseException | None, trace: TracebackType | None,
                once_as: str | None = None) -> None:
+        if isinstance(error, KeyboardInterrupt):
+            return  # a stop request that landed there (pax_core.run.stop_requests)
         line = f"{what} failed: {first_line(error, 300)}"
         if error is not None:
             details = traceback.format_exception(type(error), error, trace)

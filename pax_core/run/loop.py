@@ -26,6 +26,7 @@ from pax_core.loggers import LoggerGroup
 from pax_core.loggers.console import format_value
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
+from pax_core.run import stop_requests
 from pax_core.run.build import Run
 from pax_core.run.compiled_steps import TrainSteps
 from pax_core.run.evaluation import Evaluator
@@ -223,7 +224,7 @@ class TrainLoop:
         self.loggers.text(step, "config", config_text)
         notify(self.pm, "pax_on_train_start", run=self.info)
         profiler.check_window(step, total)
-        flag = {"stop": 0}
+        flag = {"stop": stop_requests.requested()}  # one that arrived while it started
         # The first step's time is its own: the state (initialised or restored) is ready first.
         jax.block_until_ready(start)
         release_freed_memory()  # what compiling and restoring left in the heap
