@@ -38,6 +38,12 @@ class Backend:
     def check(self, devices: list[Any]) -> None:
         """Runs once the devices are known; raise ``UsageError`` for unusable ones."""
 
+    def check_program(self, devices: list[Any], program: Any) -> None:
+        """Runs before anything compiles, on the run's traced initialisation (``program``, a
+        ``jax.extend.core.ClosedJaxpr`` holding the model's forward pass): raise ``UsageError``
+        for what it computes that these devices should not run (the gpu backend refuses FP8
+        on GPUs without FP8 tensor cores)."""
+
     def attention(self, query: jax.Array, key: jax.Array, value: jax.Array, *,
                   mask: jax.Array | None, is_causal: bool,
                   segment_ids: jax.Array | None) -> jax.Array:

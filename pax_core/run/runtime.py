@@ -110,6 +110,15 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     return Runtime(devices, settings + by_backend.get(detected, []), cache)
 
 
+def check_program(host: PluginHost, devices: list[jax.Device], program: Any) -> None:
+    """The devices' backend's ``check_program`` of a traced program; nothing to check on a
+    platform without a registered backend."""
+    platform = backend_platform(devices[0].platform)
+    backends = {e.name: e for e in host.components("backends")}
+    if platform in backends:
+        backends[platform].build().check_program(devices, program)
+
+
 def donates_train_state(host: PluginHost, devices: list[jax.Device]) -> bool:
     """The devices' backend's choice; a platform without a registered backend donates."""
     platform = backend_platform(devices[0].platform)
