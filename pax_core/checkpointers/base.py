@@ -35,6 +35,12 @@ class CheckpointSettings:
     read_only: bool = False
 
 
+class StepRemoved(Exception):
+    """A step that disappeared while it was being read: a reader of a job that is still
+    training, whose checkpointer dropped the step (``max_to_keep``). The reader lists the steps
+    again."""
+
+
 class Checkpointer(abc.ABC):
     """Saves and restores ``(state, input_state)`` pairs by step."""
 

@@ -61,9 +61,10 @@ def verify(step_dir: str | os.PathLike, earlier_verified: int | None = None) -> 
     path = step_dir / RECORD
     if not path.exists():
         if earlier_verified is not None:
-            raise DamagedCheckpoint(f"it has no checksum record ({RECORD}: its run stopped "
-                                    f"between the step's commit and the record), so it cannot "
-                                    f"be verified, and step {earlier_verified} can")
+            raise DamagedCheckpoint(f"it has no checksum record ({RECORD}), so it cannot be "
+                                    f"verified, and step {earlier_verified} can: its run "
+                                    f"stopped, or is still running, between the step's commit "
+                                    f"and the record")
         return
     try:
         expected = json.loads(path.read_text())

@@ -12,6 +12,7 @@ which a failed save never touches; its unfinished folder is removed."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import time
@@ -19,7 +20,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pax_core.checkpointers import integrity
-from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, check_params_match
+from pax_core.checkpointers.base import (
+    Checkpointer,
+    CheckpointSettings,
+    StepRemoved,
+    check_params_match,
+)
 from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.errors import RunError, first_line, warn
 from pax_core.files import is_remote, job_path, move, remove_tree, storage_failure
@@ -125,7 +131,8 @@ class OrbaxCheckpointer(Checkpointer):
         self._remove_unfinished(announce=False)
         with contextlib.suppress(Exception):  # what is on disk now is what a resume restores:
             self._manager.reload()  # a save can fail after its step was committed
-        intact = [s for s in self._manager.all_steps() if (self._root / str(s)).is_dir()]
+        intact = self._verifiable([s for s in self._manager.all_steps()
+                                   if (self._root / str(s)).is_dir()])
         if intact and max(intact) == step:  # committed; removing older steps after it failed
             kept = f"step {step} itself is complete (what failed came after it)"
         elif intact:
@@ -153,6 +160,8 @@ class OrbaxCheckpointer(Checkpointer):
         return self._manager.latest_step()
 
     def all_steps(self) -> list[int]:
+        if self.settings.read_only:  # afresh: the job may be training, saving and dropping
+            self._manager.reload()
         return sorted(self._manager.all_steps())
 
     def _writable(self) -> None:
@@ -169,6 +178,11 @@ class OrbaxCheckpointer(Checkpointer):
 
     def save(self, step: int, state: Any, input_state: dict[str, Any]) -> bool:
         self._writable()
+        if self._primary and self._replaced():
+            # Orbax would make the directory again and save on into it, unseen, after the job
+            # directory holding it was removed: the run stops instead.
+            gone = FileNotFoundError(errno.ENOENT, "removed during the run", self.directory)
+            raise self._failed(f"checkpoint step {step}", step, gone) from None
         if step in self._manager.all_steps():
             return False
         args = self._ocp.args.Composite(
@@ -190,12 +204,29 @@ class OrbaxCheckpointer(Checkpointer):
                               lambda s=step: integrity.record(self._root / str(s)))
         self._unrecorded = []
 
+    def _earlier_verified(self, step: int, steps: list[int]) -> int | None:
+        """The newest of ``steps`` before ``step`` that has its checksum record."""
+        return max((s for s in steps if s < step and integrity.has_record(self._root / str(s))),
+                   default=None)
+
+    def _verifiable(self, steps: list[int]) -> list[int]:
+        """Those of ``steps`` that a restore would take: a step without its checksum record
+        (its run died, or its storage failed, between the commit and the record) cannot be
+        verified, and one before it that can is trusted instead."""
+        return [s for s in steps if integrity.has_record(self._root / str(s))
+                or self._earlier_verified(s, steps) is None]
+
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
-        # A step without its checksum record (its run died between the commit and the record)
-        # cannot be verified; when an earlier step can, that one is to be trusted instead.
-        verified = [s for s in self._manager.all_steps()
-                    if s < step and integrity.has_record(self._root / str(s))]
-        integrity.verify(self._root / str(step), earlier_verified=max(verified, default=None))
+        try:
+            return self._restore(step, abstract_state)
+        except Exception as e:
+            if self.settings.read_only and not (self._root / str(step)).exists():
+                raise StepRemoved(f"step {step} was removed while it was read") from e
+            raise
+
+    def _restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
+        integrity.verify(self._root / str(step),
+                         earlier_verified=self._earlier_verified(step, self._manager.all_steps()))
         try:
             saved = self._manager.item_metadata(step)["state"].tree
         except Exception as e:

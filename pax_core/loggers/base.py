@@ -11,7 +11,8 @@ import abc
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pax_core.errors import warn
+from pax_core.errors import RunError, warn
+from pax_core.files import storage_failure
 
 
 class Logger(abc.ABC):
@@ -39,7 +40,12 @@ class Logger(abc.ABC):
 
 
 class LoggerGroup:
-    """Fans calls out to several loggers; one that fails is reported once and dropped."""
+    """Fans calls out to several loggers; one that fails is reported once and dropped.
+
+    A logger that fails on its storage (a full disk, a vanished job directory) stops the run
+    instead, in one line: the other loggers and the next checkpoint are written to the same
+    storage, and a run that went on would lose its metrics unseen. The loggers are dropped
+    then, unclosed: closing would only fail again on the same storage."""
 
     def __init__(self, loggers: Sequence[Logger]):
         self.loggers = list(loggers)
@@ -49,6 +55,12 @@ class LoggerGroup:
             try:
                 getattr(logger, method)(*args, **kwargs)
             except Exception as e:
+                found = storage_failure(e)
+                if found is not None and method != "close":  # close may run under another error
+                    self.loggers = []
+                    raise RunError(f"the metrics could not be written to {logger.job_dir} "
+                                   f"({found[0]}): {found[1]}, then run the same command to "
+                                   f"resume from the newest complete checkpoint") from e
                 warn(f"logger {type(logger).__name__} failed in {method} and is switched off: "
                      f"{type(e).__name__}: {e}")
                 self.loggers.remove(logger)

@@ -3,6 +3,13 @@
 tensorboardX writes the event format without TensorFlow. Each kind of summary gets its own run
 directory (``train``, ``eval_<name>``), so TensorBoard draws train and eval curves of the same
 metric name on one chart, told apart by run.
+
+The events are written and flushed in the calling thread, at each summary (a few lines every
+``summary_interval_steps``), through tensorboardX's ``EventsWriter``, rather than by its
+``SummaryWriter``, which hands them to a writer thread through a bounded queue: when storage
+fails (a full disk) that thread dies, and the run would block for ever on the queue, or at exit
+on the queue's feeder thread. Here the failure is an ``OSError`` where the metrics are written,
+which the loop reports and stops on.
 """
 
 from __future__ import annotations
@@ -12,7 +19,10 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from tensorboardX import SummaryWriter
+from tensorboardX import summary
+from tensorboardX.event_file_writer import EventsWriter
+from tensorboardX.proto.event_pb2 import Event, SessionLog
+from tensorboardX.record_writer import directory_check
 
 from pax_core.loggers.base import Logger
 
@@ -29,22 +39,28 @@ def _markdown_table(hparams: Mapping[str, Any]) -> str:
 
 
 class TensorBoardLogger(Logger):
-    """One ``SummaryWriter`` per run directory, created when that run first has something."""
+    """One event file per run directory, created when that run first has something."""
 
     def __init__(self, job_dir: str):
         super().__init__(job_dir)
-        self._writers: dict[str, SummaryWriter] = {}
+        self._writers: dict[str, EventsWriter] = {}
         self._purge_step: int | None = None
 
-    def _writer(self, kind: str) -> SummaryWriter:
+    def _writer(self, kind: str) -> EventsWriter:
         run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
         if run not in self._writers:
+            folder = os.path.join(self.job_dir, "summaries", run)
+            directory_check(folder)
             # The event file's name carries the time in seconds only: a resume started within
             # the same second would overwrite the earlier run's file without a finer suffix,
             # which also keeps the files in the order they were written.
-            self._writers[run] = SummaryWriter(os.path.join(self.job_dir, "summaries", run),
-                                               purge_step=self._purge_step,
-                                               filename_suffix=f".{time.time_ns():020d}")
+            writer = EventsWriter(os.path.join(folder, "events"),
+                                  filename_suffix=f".{time.time_ns():020d}")
+            if self._purge_step is not None:
+                # TensorBoard hides what earlier files logged from this step on.
+                writer.write_event(Event(step=self._purge_step, wall_time=time.time(),
+                                         session_log=SessionLog(status=SessionLog.START)))
+            self._writers[run] = writer
         return self._writers[run]
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
@@ -52,18 +68,23 @@ class TensorBoardLogger(Logger):
         # A resumed run trains again the steps after its checkpoint: TensorBoard hides what an
         # earlier run logged for them.
         self._purge_step = start_step + 1
-        # As text, not ``add_hparams``, which would put them in a timestamped run of their own.
+        # As text, not as hparams, which TensorBoard would put in a timestamped run of its own.
         self.text(start_step, "hparams", _markdown_table(hparams))
 
+    def _write(self, kind: str, step: int, summaries: list[Any]) -> None:
+        writer, now = self._writer(kind), time.time()
+        for one in summaries:
+            writer.write_event(Event(wall_time=now, step=step, summary=one))
+        writer.flush()
+
     def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
-        writer = self._writer(kind)
-        for name, value in metrics.items():
-            writer.add_scalar(name, float(value), global_step=step)
+        self._write(kind, step, [summary.scalar(name, float(value))
+                                 for name, value in metrics.items()])
 
     def text(self, step: int, tag: str, text: str) -> None:
-        self._writer("train").add_text(tag, text, global_step=step)
+        self._write("train", step, [summary.text(tag, text)])
 
     def close(self) -> None:
-        for writer in self._writers.values():
-            writer.close()  # flushes what is queued first
-        self._writers.clear()
+        writers, self._writers = list(self._writers.values()), {}
+        for writer in writers:
+            writer.close()

@@ -14,7 +14,7 @@ import jax
 import jax.extend
 import numpy as np
 
-from pax_core.checkpointers.base import Checkpointer, CheckpointSettings
+from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved
 from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
@@ -140,6 +140,9 @@ class Run:
         return self.partitioner.compile_init(init, self.state_shardings)(seed)
 
 
+_READS = 5  # listings of the steps a reader tries, while its job saves and drops steps
+
+
 def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
                     chosen: int | None = None) -> tuple[TrainState, int]:
     """The newest checkpoint that restores (or the ``chosen`` step), onto the run's shardings
@@ -149,8 +152,21 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
     restored, with a warning naming each; a read-only checkpointer leaves them in place. With
     ``on_damaged_checkpoint='stop'``, or when a step was ``chosen``, the run stops at a damaged
     step instead. When every step is damaged nothing is moved and the run stops, so that the
-    same command never starts over from step 0 silently.
+    same command never starts over from step 0 silently. A step that disappears while a
+    reader restores it (its job is training, and dropped it) sends the reader to the newest
+    steps again.
     """
+    for _ in range(_READS):
+        try:
+            return _restore_newest(host, run, checkpointer, chosen)
+        except StepRemoved:  # a reader's job saved and dropped steps meanwhile: list again
+            continue
+    raise RunError(f"the steps of {checkpointer.directory} kept being removed while they were "
+                   f"read ({_READS} tries); try again, or once the job has stopped training")
+
+
+def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
+                    chosen: int | None) -> tuple[TrainState, int]:
     stop = chosen is not None or run.task.train.on_damaged_checkpoint == "stop"
     damaged: list[tuple[int, str]] = []
     try:
@@ -175,7 +191,7 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
                 continue
             _set_aside_damaged(checkpointer, damaged, step)
             return state, step
-    except PaxError:
+    except (PaxError, StepRemoved):
         raise
     except Exception as e:
         raise host.provider_error("checkpointer", checkpointer, e) from e
@@ -193,8 +209,8 @@ def _set_aside_damaged(checkpointer: Checkpointer, damaged: list[tuple[int, str]
     later saves, one warning each; a reader (read-only) only says which it passed over."""
     for step, why in damaged:
         if checkpointer.settings.read_only:
-            warn(f"checkpoint step {step} is damaged ({why}); using step {restored} "
-                 f"(left in place: the next pax train of this job sets it aside)")
+            warn(f"passing over checkpoint step {step} ({why}); using step {restored} (left "
+                 f"in place: pax train sets a damaged step aside when it resumes)")
             continue
         where = checkpointer.set_aside(step)
         if where is None:

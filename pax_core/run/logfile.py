@@ -38,7 +38,14 @@ _failed: list[Any] = []  # the log files of runs that ended by an exception
 
 
 class _FileHandler(logging.FileHandler):
-    """A log file that never interrupts the run: when the disk is full it drops records."""
+    """A log file that never interrupts the run: when the disk is full, or the folder is gone,
+    it drops records."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        # Opening the file (delayed to the first record) is outside the handler's own error
+        # handling.
+        with contextlib.suppress(OSError):
+            super().emit(record)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass
