@@ -79,6 +79,9 @@ def _one_error_line(err: str) -> str:
     errors = [line for line in err.splitlines() if line.startswith("pax: error: ")]
     others = [line for line in err.splitlines() if not line.startswith("pax: ")]
     assert len(errors) == 1 and not others, err
+    # Echoes of the failure (a clean-up, a library's thread) are for the log file, not the
+    # lines above the cause.
+    assert "a clean-up" not in err and "background thread" not in err, err
     return errors[0]
 
 
@@ -185,6 +188,7 @@ def test_a_full_disk_at_the_start_is_one_line(tmp_path):
         echo $? > $OUT/status
         """)
     error = _one_error_line((tmp_path / "err").read_text())
+    assert (tmp_path / "err").read_text().splitlines()[0] == error  # the cause comes first
     assert int((tmp_path / "status").read_text()) == 1
     assert error.startswith(f"pax: error: cannot write to --job-dir {tmp_path}/disk/job (No "
                             f"space left on device): free space there, then run the same command")

@@ -105,11 +105,14 @@ def _upload(path: Path, final: Any) -> None:
 
 def report_background_failures() -> None:
     """Report a dying background thread or a failing clean-up as one warning per distinct
-    failure, instead of Python's traceback on stderr; after a run failed, in its log only."""
+    failure, instead of Python's traceback on stderr; after a run failed, in its log only. A
+    clean-up that fails during a run goes to its log only: it is a library's object dropped
+    with its work unfinished (an asynchronous save's event loop, closed under a failed save),
+    an echo of a failure reported in its own words, which would otherwise come first."""
     reported: set[str] = set()
 
     def report(what: str, error: BaseException | None, trace: TracebackType | None,
-               once_as: str | None = None) -> None:
+               once_as: str | None = None, echo: bool = False) -> None:
         if isinstance(error, KeyboardInterrupt):
             return  # a stop request that landed there (pax_core.run.stop_requests)
         line = f"{what} failed: {first_line(error, 300)}"
@@ -117,8 +120,8 @@ def report_background_failures() -> None:
             details = traceback.format_exception(type(error), error, trace)
             BACKGROUND.error("%s\n%s", line, "".join(details))
         key = once_as or line
-        if _failed and not _current:
-            return  # an echo of the failure the run reported
+        if (_failed and not _current) or (echo and _current):
+            return  # an echo of the failure the run reported, or will
         if key not in reported:
             reported.add(key)
             warn(line + (f" (details in {_current[-1]})" if _current else ""))
@@ -151,4 +154,4 @@ def report_background_failures() -> None:
         f"a background thread ({a.thread.name if a.thread else 'unnamed'})", a.exc_value,
         a.exc_traceback)
     sys.unraisablehook = lambda u: report(
-        f"a clean-up ({u.err_msg or 'at exit'})", u.exc_value, u.exc_traceback)
+        f"a clean-up ({u.err_msg or 'at exit'})", u.exc_value, u.exc_traceback, echo=True)
