@@ -92,10 +92,11 @@ def test_a_stop_request_during_start_up_is_one_line_and_never_lost(tmp_path, sig
     time.sleep(delay)
     run.send_signal(signum)
     try:
-        out, err = run.communicate(timeout=90)
+        _, err = run.communicate(timeout=90)
     except subprocess.TimeoutExpired:
         run.kill()
-        raise AssertionError(f"{signum.name} after {delay} s was lost: the run went on training")
+        raise AssertionError(f"{signum.name} after {delay} s was lost: the run went on "
+                             f"training") from None
     assert run.returncode == 128 + signum, err
     assert err.count("\n") == 1 and err.startswith(f"pax: stopped on request ({signum.name})"), err
 
