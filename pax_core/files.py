@@ -118,8 +118,13 @@ def write_atomic(path: Any, text: str) -> None:
 def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
     """Hold the operating system's lock on ``path`` (``flock``, which a killed process
     releases, so it never has to be removed by hand), the holder's pid, host and start time
-    inside; when another process holds it, raise ``refusal(that holder)``."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    inside; when another process holds it, raise ``refusal(that holder)``. A directory in
+    its place (made by hand, or by a tool that copied the job) is a ``UsageError`` naming it."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except IsADirectoryError:
+        raise UsageError(f"{path} is a directory, where pax keeps a lock file; move it away "
+                         f"or remove it, then run again (nothing was changed)") from None
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -135,8 +140,9 @@ def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
 
 
 def is_held(path: Path) -> bool:
-    """Whether another process holds the lock on ``path`` (``held``)."""
-    if not path.exists():
+    """Whether another process holds the lock on ``path`` (``held``); a directory in its place
+    is no lock (``held`` refuses it)."""
+    if not path.is_file():
         return False
     with open(path, "rb") as f:
         try:

@@ -67,3 +67,17 @@ def test_a_job_without_checkpoints_is_refused(tmp_path):
                      str(tmp_path / "out"))
     assert result.returncode == 2
     assert "no checkpoint in" in result.stderr and not (tmp_path / "out").exists()
+
+
+def test_a_partial_output_left_by_another_export_is_never_removed(job, tmp_path):
+    out = tmp_path / "served"
+    partial = tmp_path / "served.partial"
+    partial.mkdir()
+    (partial / "keep.txt").write_text("mine")
+    result = run_pax("export", "--job-dir", str(job), "--output", str(out))
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        f"pax: error: --output {out}: {partial} exists: another pax export to it is running, or "
+        f"one was interrupted; if none is running, remove {partial} and export again (nothing "
+        f"was changed)"]
+    assert [p.name for p in partial.iterdir()] == ["keep.txt"] and not out.exists()

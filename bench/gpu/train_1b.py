@@ -83,7 +83,13 @@ def main() -> int:
               "machine with pax-gpu[cuda12] installed", file=sys.stderr)
         return 2
     job_dir = args.job_dir or Path(tempfile.mkdtemp(prefix="pax-gpu-1b-")) / "job"
-    peak_bytes = train(job_dir, len(kinds), args.steps, args.batch_per_device, args.fp8)
+    from pax_core import UsageError
+
+    try:
+        peak_bytes = train(job_dir, len(kinds), args.steps, args.batch_per_device, args.fp8)
+    except UsageError as e:  # what pax train refuses (FP8 before compute capability 8.9)
+        print(f"bench/gpu/train_1b.py: {e}", file=sys.stderr)
+        return 2
     rows = table(job_dir, kinds, peak_bytes, args.fp8)
     width = max(len(name) for name, _ in rows)
     for name, value in rows:

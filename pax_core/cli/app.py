@@ -18,6 +18,7 @@ from pax_core.cli.options import (
     RecordedExpOpt,
     RestoreStepOpt,
     SetOpt,
+    checked_directory,
 )
 from pax_core.errors import UsageError, warn
 from pax_core.plugins.host import PluginHost
@@ -25,7 +26,8 @@ from pax_core.plugins.host import PluginHost
 # Commands that Pax's own packages add, by the package to install for each: asked for without
 # it, the command says so in one line rather than typer's "No such command".
 PACKAGED_COMMANDS = {"sweep": "pax-sweep", "decode": "pax-lm", "data": "pax-lm",
-                     "tokenizer": "pax-lm", "predict": "pax-vision", "transcribe": "pax-speech"}
+                     "tokenizer": "pax-lm", "predict": "pax-vision", "transcribe": "pax-speech",
+                     "gpu": "pax-gpu"}
 
 
 def _host(ctx: typer.Context) -> PluginHost:
@@ -185,7 +187,7 @@ def export_command(
     ctx: typer.Context,
     job_dir: JobDirOpt,
     output: Annotated[str, typer.Option(
-        "--output", "-o", metavar="DIR",
+        "--output", "-o", metavar="DIR", callback=checked_directory,
         help="A new directory for params/, config.json and export.json.")],
     exp: RecordedExpOpt = None,
     plugin: PluginOpt = None,
@@ -217,10 +219,12 @@ def plan_command(
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
     hbm_gib: Annotated[float, typer.Option(
-        "--hbm-gib", metavar="GIB", help="Memory of one device, to say whether it fits.")] = 32.0,
+        "--hbm-gib", metavar="GIB",
+        help="Memory of one device (above 0), to say whether it fits.")] = 32.0,
     devices: Annotated[int, typer.Option(
         "--devices", metavar="N",
-        help="Devices for an experiment that declares no mesh (Pax's data-parallel path).")] = 8,
+        help="Devices (1 or more) for an experiment that declares no mesh (Pax's "
+        "data-parallel path).")] = 8,
     as_json: JsonOpt = False,
 ) -> None:
     """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
@@ -228,6 +232,7 @@ def plan_command(
     from pax_core.cli import listing
     from pax_core.commands import plan as planning
 
+    planning.check_sizes(devices, hbm_gib)
     host = _host(ctx)
     planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
                                                       devices))
@@ -246,19 +251,25 @@ def launch_command(
         "--cpu-devices", metavar="M",
         help="Run on the CPU with M devices per process (JAX_PLATFORMS=cpu and XLA's "
         "host device count).")] = None,
+    bind: Annotated[str, typer.Option(
+        "--bind", metavar="HOST",
+        help="Where process 0's coordinator listens: 127.0.0.1 (only this machine reaches "
+        "it), or another address of this machine; 0.0.0.0 or :: for every interface.")
+    ] = "127.0.0.1",
 ) -> None:
     """Run one command as N processes of a multi-process run on this machine.
 
     For development and tests: each process gets the coordinator address (127.0.0.1 and a free
-    port), the process count and its index, and its output is prefixed with [p<i>]. When one
-    fails, the others are stopped; the exit code is the first failure's.
+    port, where process 0's coordinator listens; --bind to listen elsewhere), the process count
+    and its index, and its output is prefixed with [p<i>]. When one fails, the others are
+    stopped; the exit code is the first failure's.
     """
     from pax_core.commands import launch
     from pax_core.parallel.processes import parse_count
 
     count = parse_count(processes, "--processes", 1)
     devices = parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None else None
-    raise typer.Exit(launch.launch(command or [], count, devices))
+    raise typer.Exit(launch.launch(command or [], count, devices, bind))
 
 
 def _not_installed(app: typer.Typer, name: str, package: str) -> None:

@@ -6,9 +6,32 @@ A plugin command that takes a job directory or an experiment declares its parame
 
 from __future__ import annotations
 
+import re
 from typing import Annotated
 
 import typer
+
+from pax_core.errors import UsageError
+
+# A first path component such as ``gs:`` or ``s3:``: a URL whose ``//`` is missing, not a folder.
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def checked_directory(param: typer.CallbackParam, value: str | None) -> str | None:
+    """A directory option's value, unless it would put the job somewhere the user did not mean:
+    an empty one would be the current folder, and ``gs:/bucket`` (one slash) a local folder
+    named ``gs:``. Raised as a ``UsageError`` (one line, exit 2) before anything is written."""
+    if value is None:
+        return None
+    option = max(param.opts, key=len)
+    if not value.strip():
+        raise UsageError(f"{option} is empty; give a directory's path (nothing was changed)")
+    first = value.split("/", 1)[0]
+    if _SCHEME.fullmatch(first) and not value.startswith(first + "//"):
+        raise UsageError(f"{option} {value} looks like a URL without its '//'; a bucket is "
+                         f"written gs://BUCKET/PATH (nothing was changed)")
+    return value
+
 
 PluginOpt = Annotated[str | None, typer.Option(
     "--plugin", "-p", metavar="PLUGIN",
@@ -26,7 +49,7 @@ SetOpt = Annotated[list[str] | None, typer.Option(
     help="Override an experiment constant (NUM_LAYERS=4) or a config path "
     "(task.model.num_layers=4); repeatable. Pax's --fdl.KEY=VALUE is accepted too.")]
 JobDirOpt = Annotated[str, typer.Option(
-    "--job-dir", "-j", metavar="DIR",
+    "--job-dir", "-j", metavar="DIR", callback=checked_directory,
     help="Directory for the config, checkpoints and metrics. Running again in the same "
     "directory resumes.")]
 PlatformOpt = Annotated[str | None, typer.Option(

@@ -5,9 +5,11 @@ optimizer state, no input position; the moving average when the job evaluates it
 ``task.train.eval_use_ema_states``), ``model_state/`` beside it for a model that keeps one
 (batch norm's moving statistics, without which it cannot be served), ``config.json`` (the
 job's Fiddle config) and ``export.json`` (the experiment, the step, the parameter count and
-where they came from). It is written beside its destination (``DIR.partial``, replaced by the
-next export) and renamed into place, so the destination only ever appears complete; an
-existing one is never overwritten.
+where they came from). It is written beside its destination (``DIR.partial``) and renamed into
+place, so the destination only ever appears complete; an existing one is never overwritten.
+An export removes only what it made itself: a ``DIR.partial`` that is already there may be
+another export's, still running, so the export is refused, naming it (a leftover of an
+interrupted export is the user's to remove).
 """
 
 from __future__ import annotations
@@ -38,16 +40,19 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     if target.exists() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"--output {target} exists; choose a new directory (nothing was "
                          f"changed)")
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():  # told before the job is restored; made below only if still absent
+        raise _partial_exists(target, partial)
     run, state, restored = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items or [],
                                           job_dir=job_dir, platform=platform, step=step)
     params = run.eval_params(state)
     record = {"experiment": run.resolved.name, "step": restored,
               "num_params": count_params(params), "ema": run.task.train.eval_use_ema_states,
               "job_dir": str(job_path(job_dir))}
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
     try:
-        partial.mkdir(parents=True)
+        partial.mkdir(parents=True)  # fails if it exists: then it is not this export's
+    except FileExistsError:
+        raise _partial_exists(target, partial) from None
     except OSError as e:
         raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
                          f"directory (nothing was changed)") from None
@@ -62,11 +67,17 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
             if target.exists():
                 target.rmdir()  # empty, checked above
             partial.rename(target)
-    except Exception as e:
-        found = storage_failure(e, partial.parent)
+    except BaseException as e:
+        shutil.rmtree(partial, ignore_errors=True)  # made by this export, above
+        found = storage_failure(e, partial.parent) if isinstance(e, Exception) else None
         if found is None:
             raise
-        shutil.rmtree(partial, ignore_errors=True)
         raise RunError(f"--output {target} could not be written ({found[0]}): {found[1]}, then "
                        f"export again (the job is as it was)") from e
     return record
+
+
+def _partial_exists(target: Path, partial: Path) -> UsageError:
+    return UsageError(f"--output {target}: {partial} exists: another pax export to it is "
+                      f"running, or one was interrupted; if none is running, remove {partial} "
+                      f"and export again (nothing was changed)")

@@ -3,7 +3,11 @@
 For development and tests: the processes are told what a cluster would tell them (the
 coordinator address, here 127.0.0.1 with a free port, the process count and their index,
 through ``PAX_COORDINATOR_ADDRESS``, ``PAX_NUM_PROCESSES`` and ``PAX_PROCESS_ID``), so
-``pax launch --processes 2 -- pax train ...`` runs exactly what two hosts would.
+``pax launch --processes 2 -- pax train ...`` runs exactly what two hosts would. JAX's
+coordination service, which process 0 serves, listens on every network interface unless told
+otherwise; the processes here reach it on this machine, so it is told to listen on 127.0.0.1
+only (``JAX_COORDINATOR_BIND_ADDRESS``), out of other hosts' reach, unless ``--bind`` names
+another address of this machine.
 
 A multi-process run cannot go on without one of its processes, so the first failure stops the
 others: they get SIGTERM, and SIGKILL ``GRACE_S`` seconds later; the exit code is the first
@@ -18,6 +22,7 @@ a command started (a ``sh -c`` wrapper's children too).
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import queue
 import re
@@ -35,6 +40,9 @@ from pax_core.errors import UsageError
 from pax_core.parallel.processes import DistributedOptions
 
 GRACE_S = 5
+# Where JAX's coordination service listens (jax.distributed.initialize reads it): set for
+# every process, so that one in the launcher's environment cannot name another port.
+BIND_VARIABLE = "JAX_COORDINATOR_BIND_ADDRESS"
 # gloo prints "[Gloo] Rank i is connected to n peer ranks. Expected ..." for every communicator
 # it builds, from several threads at once, so pieces of two messages can share a line.
 _NOISE = re.compile(r"\[Gloo\]|connected to \d+ peer ranks|connected peer ranks is")
@@ -43,12 +51,14 @@ _NOISE = re.compile(r"\[Gloo\]|connected to \d+ peer ranks|connected peer ranks 
 _FRAGMENT = re.compile(r"\s*\d*\s*")
 
 
-def launch(command: list[str], processes: int, cpu_devices: int | None = None) -> int:
+def launch(command: list[str], processes: int, cpu_devices: int | None = None,
+           bind: str = "127.0.0.1") -> int:
     """Run ``command`` as ``processes`` local processes; returns the exit code for the launcher.
 
     With ``cpu_devices``, each process runs on the CPU with that many devices. A first word
     ``pax`` is this Python's ``pax``, so that the processes run the installation the launcher
-    belongs to.
+    belongs to. The coordinator listens on ``bind`` (an address of this machine; 0.0.0.0 or
+    ``::``: every interface).
     """
     if not command:
         raise UsageError("pax launch needs the command to run after --, such as: "
@@ -56,7 +66,7 @@ def launch(command: list[str], processes: int, cpu_devices: int | None = None) -
     program = str(Path(sys.executable).with_name("pax")) if command[0] == "pax" else command[0]
     if shutil.which(program) is None:
         raise UsageError(f"pax launch: cannot run '{command[0]}': no such program")
-    address = f"127.0.0.1:{_free_port()}"
+    listen, address = _addresses(bind)
     # One queue carries the processes' exits and the launcher's own signals, so the main
     # thread reacts to whichever comes first without polling.
     events: queue.SimpleQueue[tuple[int | None, int]] = queue.SimpleQueue()
@@ -66,6 +76,7 @@ def launch(command: list[str], processes: int, cpu_devices: int | None = None) -
     try:
         for index in range(processes):
             env = _environment(DistributedOptions(address, processes, index), cpu_devices)
+            env[BIND_VARIABLE] = listen
             try:
                 children.append(subprocess.Popen(
                     [program, *command[1:]], env=env, stdin=subprocess.DEVNULL,
@@ -79,12 +90,30 @@ def launch(command: list[str], processes: int, cpu_devices: int | None = None) -
             signal.signal(s, handler)
 
 
-def _free_port() -> int:
-    """A port that is free now; process 0 binds it a moment later (a race a shared machine may
-    rarely lose, with a clear error from JAX)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _addresses(bind: str) -> tuple[str, str]:
+    """``(where the coordinator listens, where the processes reach it)``, both ``HOST:PORT``
+    with a port of ``bind`` that is free now; process 0 binds it a moment later (a race a
+    shared machine may rarely lose, with a clear error from JAX). The processes reach a
+    coordinator that listens on every interface through the loopback interface."""
+    try:
+        family, kind, _, _, where = socket.getaddrinfo(
+            bind, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind) as s:
+            s.bind(where)
+            port = s.getsockname()[1]
+    except OSError as e:
+        raise UsageError(f"--bind {bind}: the coordinator cannot listen there ({e.strerror}); "
+                         f"give an address of this machine, such as 127.0.0.1 (the default) "
+                         f"or 0.0.0.0 (every interface)") from None
+    listen = ipaddress.ip_address(where[0])
+    reach = listen
+    if listen.is_unspecified:
+        reach = ipaddress.ip_address("::1" if listen.version == 6 else "127.0.0.1")
+    return _host_port(listen, port), _host_port(reach, port)
+
+
+def _host_port(host: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> str:
+    return f"[{host}]:{port}" if host.version == 6 else f"{host}:{port}"
 
 
 def _environment(options: DistributedOptions, cpu_devices: int | None) -> dict[str, str]:

@@ -63,6 +63,19 @@ class Plan:
         return {**dataclasses.asdict(self), "fits": self.fits}
 
 
+def check_sizes(devices: int, hbm_gib: float) -> None:
+    """Refuse sizes no machine has (before JAX starts: 0 fake devices make JAX fail to start
+    with an error about process indices, and a memory of 0 or less makes nothing fit)."""
+    if devices < 1:
+        raise UsageError(f"--devices must be 1 or more, got {devices}")
+    _check_hbm(hbm_gib)
+
+
+def _check_hbm(hbm_gib: float) -> None:
+    if not (math.isfinite(hbm_gib) and hbm_gib > 0):
+        raise UsageError(f"--hbm-gib must be a finite number above 0, got {hbm_gib}")
+
+
 def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
                    default: int) -> int:
     """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
@@ -91,6 +104,7 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
          hbm_gib: float = 32.0) -> Plan:
     """Build and compile ``exp`` over the devices its mesh declares (all devices when it
     declares none) and report its needs."""
+    _check_hbm(hbm_gib)
     devices = jax.devices()
     num_devices = devices_needed(host, exp, plugin, set_items, len(devices))
     if len(devices) < num_devices:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from pax_core.config.experiment import Experiment
-from pax_core.errors import UsageError
+from pax_core.errors import RunError, UsageError
 from pax_core.plugins.records import Registered, Registry
 
 
@@ -38,8 +38,21 @@ def _load_file(path: Path, attr: str):
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[module_name]  # as a failed import leaves no module behind
+        raise
     return module, attr
+
+
+def _stopped_import(error: BaseException) -> str:
+    """What a module did that ended its import without an ``Exception``: ``sys.exit()`` (a
+    script's ``main`` run at import), or another ``BaseException``. Either would otherwise end
+    ``pax`` silently, with the module's exit status."""
+    if isinstance(error, SystemExit):
+        return f"it exited while being imported (sys.exit({error.code!r}))"
+    return f"it raised {type(error).__name__} while being imported"
 
 
 def load_class(target: str) -> type:
@@ -52,11 +65,14 @@ def load_class(target: str) -> type:
             module, attr = _load_file(Path(where), attr)
         else:
             module = importlib.import_module(where)
-    except UsageError:
+    except (UsageError, KeyboardInterrupt):
         raise
     except Exception as e:
         raise UsageError(f"--exp {target}: importing {where} failed: "
                          f"{type(e).__name__}: {e}".splitlines()[0]) from e
+    except BaseException as e:
+        raise UsageError(f"--exp {target}: importing {where} failed: "
+                         f"{_stopped_import(e)}") from None
     cls = getattr(module, attr, None)
     if cls is None:
         raise UsageError(f"--exp {target}: {where} has no attribute {attr!r}")
@@ -111,7 +127,13 @@ def find_experiment(registry: Registry, query: str, plugin: str | None = None
     if entry is None:
         cls = load_class(query)
         return _canonical_name(registry, query, cls), cls
-    cls = entry.load()
+    try:
+        cls = entry.load()
+    except (Exception, KeyboardInterrupt):  # an Exception is told by ``load``, naming the plugin
+        raise
+    except BaseException as e:
+        raise RunError(f"experiment '{entry.qualified_name}' could not be loaded from "
+                       f"{entry.component.target}: {_stopped_import(e)}") from None
     if not (isinstance(cls, type) and issubclass(cls, Experiment)):
         raise UsageError(f"experiment '{entry.qualified_name}' ({entry.component.target}) is not "
                          f"a pax_core.Experiment class")

@@ -1,9 +1,11 @@
 """The gpu backend on CPU: its presets composed with the user's settings, the device check,
-and the attention selection (cuDNN mocked only at the call that would run on the GPU)."""
+the refusal of FP8 on GPUs without FP8 tensor cores, and the attention selection (cuDNN mocked
+only at the call that would run on the GPU: ``pax gpu check`` is what runs it, on a GPU)."""
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import os
 import subprocess
 import sys
@@ -12,10 +14,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax.linen import fp8_ops
 
-from pax_core import UsageError, apply_presets, parse_flags
+from pax_core import Component, UsageError, apply_presets, hookimpl, parse_flags
+from pax_core.testing import build_run, isolated_host, resolve
 from pax_gpu import backends
-from pax_gpu.backends import GpuBackend, cudnn_unsupported
+from pax_gpu.backends import GpuBackend, cudnn_unsupported, fp8_unsupported
 
 
 def test_presets_compose_with_what_the_user_set():
@@ -64,6 +68,101 @@ def test_the_device_check_refuses_what_cannot_train():
         GpuBackend().check([FakeDevice(), FakeDevice("gpu", "7.0", "Tesla V100", 1)])
     with pytest.raises(UsageError, match="the gpu backend got cpu device 0"):
         GpuBackend().check(jax.devices()[:1])
+
+
+@pytest.mark.parametrize(("capability", "refused"), [
+    ("7.5", True), ("8.0", True), ("8.6", True), ("8.9", False), ("9.0", False),
+    ("10.0", False), ("12.0", False), ("gfx942", False)])
+def test_fp8_needs_compute_capability_8_9(capability, refused):
+    reason = fp8_unsupported(capability)
+    assert (reason is not None) == refused
+    if refused:
+        assert reason == (f"compute capability {capability}: FP8 tensor cores need 8.9 or "
+                          f"newer (Ada, Hopper, Blackwell)")
+
+
+def _traced(fp8: bool, scanned: bool = False) -> jax.extend.core.ClosedJaxpr:
+    """A projection's matmul traced as the run's initialisation is: Flax's FP8 op (the one
+    pax-transformer's projections run) or bfloat16, at top level or inside a scan."""
+    x, w = jnp.ones((4, 8), jnp.bfloat16), jnp.ones((8, 8), jnp.bfloat16)
+    dims = (((1,), (0,)), ((), ()))
+    op = fp8_ops.Fp8DirectDotGeneralOp(amax_history_length=4)
+
+    def matmul(x):
+        if not fp8:
+            return jnp.dot(x, w)
+        return op.apply(op.init(jax.random.key(0), x, w, dims), x, w, dims)
+
+    def program(x):
+        if scanned:
+            return jax.lax.scan(lambda c, _: (matmul(c), None), x, None, length=2)[0]
+        return matmul(x)
+
+    return jax.make_jaxpr(program)(x)
+
+
+A100 = FakeDevice(compute_capability="8.0", device_kind="NVIDIA A100-SXM4-80GB")
+
+
+@pytest.mark.parametrize("scanned", [False, True], ids=["top-level", "in-a-scan"])
+def test_a_program_in_fp8_is_refused_on_gpus_without_fp8(scanned):
+    with pytest.raises(UsageError) as refused:
+        GpuBackend().check_program([FakeDevice(), A100], _traced(fp8=True, scanned=scanned))
+    assert str(refused.value) == (
+        "this run computes in FP8, and GPU 0 (NVIDIA A100-SXM4-80GB) has compute capability "
+        "8.0: FP8 tensor cores need 8.9 or newer (Ada, Hopper, Blackwell); turn FP8 off "
+        "(pax-lm: --set USE_FP8=False) or run on H100, H200, L4 or newer")
+    GpuBackend().check_program([FakeDevice(), FakeDevice(compute_capability="8.9")],
+                               _traced(fp8=True, scanned=scanned))
+    GpuBackend().check_program([A100], _traced(fp8=False, scanned=scanned))
+
+
+class A100sHere(GpuBackend):
+    """The gpu backend's program check with this host's CPU devices standing in for A100s:
+    their compute capability is all that check reads of a device."""
+
+    platform = "cpu"
+    capability = "8.0"
+
+    def check(self, devices):
+        pass
+
+    def check_program(self, devices, program):
+        super().check_program([FakeDevice(compute_capability=self.capability,
+                                          device_kind="NVIDIA A100", id=d.id)
+                               for d in devices], program)
+
+
+class H100sHere(A100sHere):
+    capability = "9.0"
+
+
+def _host(backend):
+    class StandIn:
+        @hookimpl
+        def pax_register_backends(self):
+            return [Component("cpu", backend, "CPU devices standing in for GPUs")]
+
+    return isolated_host(("lm", importlib.import_module("pax_lm.plugin")),
+                         ("transformer", importlib.import_module("pax_transformer.plugin")),
+                         ("standin", StandIn()))
+
+
+def test_an_fp8_run_is_refused_before_it_compiles():
+    """``pax train --set USE_FP8=True`` on A100s stops while the run is built (the traced
+    initialisation computes in FP8), before anything compiles; on H100s, or without FP8, it
+    builds."""
+    pytest.importorskip("pax_lm")
+    a100s, h100s = _host(A100sHere), _host(H100sHere)
+    fp8 = ["USE_FP8=True"]
+    with pytest.raises(UsageError, match=r"this run computes in FP8, and GPU 0 \(NVIDIA A100\) "
+                                         r"has compute capability 8.0: FP8 tensor"):
+        build_run(a100s, resolve(a100s, "TinyLmForTests", "lm", fp8), jax.devices()[:1],
+                  read_data=False)
+    build_run(h100s, resolve(h100s, "TinyLmForTests", "lm", fp8), jax.devices()[:1],
+              read_data=False)
+    build_run(a100s, resolve(a100s, "TinyLmForTests", "lm", []), jax.devices()[:1],
+              read_data=False)
 
 
 def _qkv(dtype=jnp.bfloat16, length=16, head_dim=32):

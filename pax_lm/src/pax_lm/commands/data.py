@@ -1,16 +1,22 @@
 """``pax data``: prepare token datasets from text, and look inside one.
 
 Mistakes (a missing source, an output that holds something else, a damaged dataset) raise
-``UsageError``: one line, exit code 2, nothing written.
+``UsageError``: one line, exit code 2, nothing written. A preparation asked to stop (Ctrl-C,
+SIGTERM) stops its workers, keeps its complete shards and exits as ``pax train`` does: 128 +
+the signal (130, 143), one line.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import signal
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+
+from pax_core import Stopped
 
 app = typer.Typer(help="Prepare and inspect token datasets (ArrayRecord shards).",
                   no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -53,15 +59,37 @@ def prepare(
             seen["tokens"] += record["tokens"]
             progress.update(task, counts=_rates(seen, seconds))
 
-        try:
-            metadata = run_prepare(source, output, tokenizer, field, pattern, workers,
-                                   shard_mb, on_shard=on_shard)
-        except KeyboardInterrupt:
-            typer.echo(f"pax: stopped; the {seen['documents']:,} documents of complete shards "
-                       f"are kept in {output}: run the same command to resume", err=True)
-            raise typer.Exit(130) from None
+        with _stop_requests() as received:
+            try:
+                metadata = run_prepare(source, output, tokenizer, field, pattern, workers,
+                                       shard_mb, on_shard=on_shard)
+            except KeyboardInterrupt:
+                signum = received.get("signal", signal.SIGINT)
+                raise Stopped(f"stopped on request ({signal.Signals(signum).name}); the "
+                              f"{seen['documents']:,} documents of complete shards are kept in "
+                              f"{output}: run the same command to resume", signum) from None
     typer.echo(f"prepared {metadata['documents']:,} documents, {metadata['tokens']:,} tokens in "
                f"{len(metadata['shards'])} shards: {output}")
+
+
+@contextlib.contextmanager
+def _stop_requests() -> Iterator[dict[str, int]]:
+    """Turn SIGTERM (a scheduler's, ``kill``'s) into what Ctrl-C is, a ``KeyboardInterrupt``,
+    so that both stop the workers and keep the complete shards; the dict yielded receives the
+    signal. Further requests while stopping are ignored: the workers are being terminated."""
+    received: dict[str, int] = {}
+
+    def request_stop(signum: int, _frame: Any) -> None:
+        if "signal" not in received:
+            received["signal"] = signum
+            raise KeyboardInterrupt
+
+    previous = {s: signal.signal(s, request_stop) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield received
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 def _rates(seen: dict[str, int], seconds: float) -> str:

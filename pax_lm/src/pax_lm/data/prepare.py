@@ -12,11 +12,13 @@ index and ``metadata.json`` are written last, and the ``.prepare`` folder remove
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import json
 import multiprocessing
 import os
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -122,8 +124,11 @@ _worker_tokenizer: Tokenizer | None = None
 
 
 def _start_worker(tokenizer_name: str) -> None:
-    """Load the tokenizer once per worker process (the processes share nothing)."""
+    """Load the tokenizer once per worker process (the processes share nothing). A Ctrl-C at a
+    terminal reaches the whole process group: the workers leave it to this process, which
+    stops them (``_in_workers``)."""
     global _worker_tokenizer
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_tokenizer = tokenizer_from_path(tokenizer_name)
 
 
@@ -228,9 +233,15 @@ def _in_workers(root: Path, chunks: Iterator[tuple[int, list[str]]],
                 done: dict[int, dict[str, Any]], plan: dict[str, Any], workers: int,
                 report: Callable[[dict[str, Any]], None]) -> dict[int, dict[str, Any]]:
     """Shards written by ``workers`` processes, at most two chunks each in flight (the reader
-    never runs far ahead of the tokenizers, whatever the source's size)."""
+    never runs far ahead of the tokenizers, whatever the source's size).
+
+    When this is interrupted (Ctrl-C, a stop request the command turns into one, a failed
+    shard), the workers are terminated, not waited for: a shard they were writing is left
+    incomplete (it has no mark) and is written again by the next run, and no worker outlives
+    the command."""
     made: dict[int, dict[str, Any]] = {}
     context = multiprocessing.get_context("spawn")  # no state of this process leaks in
+    before = set(multiprocessing.active_children())
     with concurrent.futures.ProcessPoolExecutor(
             workers, mp_context=context, initializer=_start_worker,
             initargs=(plan["tokenizer"]["name"],)) as pool:
@@ -239,16 +250,35 @@ def _in_workers(root: Path, chunks: Iterator[tuple[int, list[str]]],
             for number, texts in chunks:
                 if number in done:
                     continue
-                pending.add(pool.submit(write_shard, str(root), number, texts, plan["dtype"]))
+                with _interrupts_held():  # a submit may start a worker
+                    pending.add(pool.submit(write_shard, str(root), number, texts,
+                                            plan["dtype"]))
                 while len(pending) >= 2 * workers:
                     finished, pending = concurrent.futures.wait(
                         pending, return_when=concurrent.futures.FIRST_COMPLETED)
                     _collect(finished, made, report)
             _collect(concurrent.futures.wait(pending)[0], made, report)
         except BaseException:
+            # The pool's own processes: those started since it was made (the executor has no
+            # public way to stop them before Python 3.14's terminate_workers).
+            for process in set(multiprocessing.active_children()) - before:
+                process.terminate()
             pool.shutdown(cancel_futures=True)
             raise
     return made
+
+
+@contextlib.contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """Hold back SIGINT in this thread for a moment: a worker started meanwhile inherits the
+    mask, so a Ctrl-C at a terminal (which reaches the whole process group) while it imports
+    does not end it with a traceback. This process still receives the signal (another thread
+    takes it, or this one once the mask is restored)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _collect(finished: set[concurrent.futures.Future], made: dict[int, dict[str, Any]],

@@ -1,5 +1,6 @@
-"""The ``gpu`` backend: NVIDIA's recommended runtime settings, the device check, and cuDNN's
-fused attention where cuDNN can serve the shape (XLA's otherwise, said once per reason)."""
+"""The ``gpu`` backend: NVIDIA's recommended runtime settings, the device check, the refusal of
+FP8 on GPUs without FP8 tensor cores, and cuDNN's fused attention where cuDNN can serve the
+shape (XLA's otherwise, said once per reason)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 from typing import Any
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 
 from pax_core import Backend, Preset, UsageError, warn
@@ -15,8 +17,56 @@ from pax_gpu.presets import PRESETS
 
 # cuDNN's flash attention needs Ampere or newer (bf16 tensor cores).
 MIN_COMPUTE_CAPABILITY = (8, 0)
+# FP8 tensor cores came with Ada (8.9) and Hopper (9.0); before them XLA computes an FP8
+# matmul in wider types, as slow as bfloat16's or slower, with FP8's rounding.
+MIN_FP8_COMPUTE_CAPABILITY = (8, 9)
 MAX_HEAD_DIM = 128
 _told: set[str] = set()
+
+
+def capability(compute_capability: str) -> tuple[int, ...] | None:
+    """``"9.0"`` as ``(9, 0)``; None for a platform that names its capability otherwise
+    (ROCm's ``gfx90a``), which these checks leave alone."""
+    try:
+        return tuple(int(x) for x in str(compute_capability).split("."))
+    except ValueError:
+        return None
+
+
+def fp8_unsupported(compute_capability: str) -> str | None:
+    """Why a GPU of this compute capability cannot run FP8 matmuls on FP8 tensor cores, or None
+    when it can (or when the capability is not CUDA's to judge)."""
+    found = capability(compute_capability)
+    if found is None or found >= MIN_FP8_COMPUTE_CAPABILITY:
+        return None
+    return (f"compute capability {compute_capability}: FP8 tensor cores need 8.9 or newer "
+            f"(Ada, Hopper, Blackwell)")
+
+
+def _inner_jaxprs(params: dict[str, Any]) -> list[jax.extend.core.Jaxpr]:
+    """The jaxprs an equation holds (a scan's body, a custom_vjp's function, a cond's
+    branches)."""
+    found = []
+    for value in params.values():
+        for item in value if isinstance(value, tuple | list) else (value,):
+            if isinstance(item, jax.extend.core.ClosedJaxpr):
+                found.append(item.jaxpr)
+            elif isinstance(item, jax.extend.core.Jaxpr):
+                found.append(item)
+    return found
+
+
+def computes_in_fp8(program: jax.extend.core.ClosedJaxpr) -> bool:
+    """Whether any value ``program`` computes, inner jaxprs included, is an 8-bit float: the
+    sign of an FP8 matmul, whichever library put it there."""
+    pending = [program.jaxpr]
+    while pending:
+        jaxpr = pending.pop()
+        for eqn in jaxpr.eqns:
+            if any(str(getattr(v.aval, "dtype", "")).startswith("float8") for v in eqn.outvars):
+                return True
+            pending += _inner_jaxprs(eqn.params)
+    return False
 
 
 def cudnn_unsupported(query: jax.Array, key: jax.Array, *, mask: jax.Array | None,
@@ -38,6 +88,16 @@ def cudnn_unsupported(query: jax.Array, key: jax.Array, *, mask: jax.Array | Non
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
     """[B, 1, T, T]: a query sees the keys of its own packed segment."""
     return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+
+
+def cudnn_attention(query: jax.Array, key: jax.Array, value: jax.Array, *, is_causal: bool,
+                    segment_ids: jax.Array | None) -> jax.Array:
+    """cuDNN's fused attention, with the causal mask as cuDNN's own and packed segments as a
+    mask: what the backend serves where ``cudnn_unsupported`` finds nothing against it, and
+    what ``pax gpu check`` measures. Raises where no cuDNN can run (off a GPU)."""
+    segments = segment_mask(segment_ids) if segment_ids is not None else None
+    return jax.nn.dot_product_attention(query, key, value, mask=segments, is_causal=is_causal,
+                                        implementation="cudnn")
 
 
 def visible_gpus() -> list[str]:
@@ -87,15 +147,25 @@ class GpuBackend(Backend):
                 raise UsageError(f"the gpu backend got {device.platform} device {device.id}; "
                                  f"install pax-gpu[cuda12] on a machine with NVIDIA GPUs, or "
                                  f"run with --platform cpu")
-            try:
-                capability = tuple(int(x) for x in str(device.compute_capability).split("."))
-            except ValueError:  # a platform that names its capability otherwise (ROCm)
-                continue
-            if capability < MIN_COMPUTE_CAPABILITY:
+            found = capability(device.compute_capability)
+            if found is not None and found < MIN_COMPUTE_CAPABILITY:
                 raise UsageError(
                     f"GPU {device.id} ({device.device_kind}) has compute capability "
                     f"{device.compute_capability}; Pax needs 8.0 or newer (Ampere: bfloat16 "
                     f"and fused attention); run on A100, H100, H200 or newer")
+
+    def check_program(self, devices: list[Any], program: jax.extend.core.ClosedJaxpr) -> None:
+        """Refuse a run that computes in FP8 on GPUs without FP8 tensor cores: XLA would run
+        it, in wider types and no faster than bfloat16, while the run pays FP8's rounding."""
+        if not computes_in_fp8(program):
+            return
+        for device in devices:
+            reason = fp8_unsupported(getattr(device, "compute_capability", ""))
+            if reason is not None:
+                raise UsageError(
+                    f"this run computes in FP8, and GPU {device.id} ({device.device_kind}) "
+                    f"has {reason}; turn FP8 off (pax-lm: --set USE_FP8=False) or run on "
+                    f"H100, H200, L4 or newer")
 
     def attention(self, query: jax.Array, key: jax.Array, value: jax.Array, *,
                   mask: jax.Array | None, is_causal: bool,
@@ -103,11 +173,9 @@ class GpuBackend(Backend):
         reason = cudnn_unsupported(query, key, mask=mask, is_causal=is_causal,
                                    segment_ids=segment_ids)
         if reason is None:
-            segments = segment_mask(segment_ids) if segment_ids is not None else None
             try:
-                return jax.nn.dot_product_attention(query, key, value, mask=segments,
-                                                    is_causal=is_causal,
-                                                    implementation="cudnn")
+                return cudnn_attention(query, key, value, is_causal=is_causal,
+                                       segment_ids=segment_ids)
             except (ValueError, RuntimeError, NotImplementedError) as e:
                 reason = f"a shape this cuDNN refuses ({str(e).splitlines()[0]})"
         _notice(reason)

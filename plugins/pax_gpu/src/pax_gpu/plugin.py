@@ -15,3 +15,10 @@ PAX_API = ">=1.7,<2"
 def pax_register_backends() -> list[Component]:
     return [Component("gpu", "pax_gpu.backends:GpuBackend",
                       "NVIDIA GPUs: XLA/NCCL presets, cuDNN fused attention")]
+
+
+@hookimpl
+def pax_register_commands() -> list[Component]:
+    return [Component("gpu", "pax_gpu.commands:app",
+                      "check this machine's GPU: cuDNN attention and FP8 against references "
+                      "(pax gpu check)")]

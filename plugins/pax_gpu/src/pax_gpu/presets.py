@@ -2,10 +2,11 @@
 (JAX-Toolbox's "Tips for High-Performance LLMs with JAX and XLA" and JAX's GPU performance
 tips), grouped so that each can be turned off by name (``PAX_NO_PRESETS=gpu.nccl``).
 
-Left to XLA on purpose: the collective combine thresholds (XLA picks them from the device's
-memory when none is set), command buffers (XLA's default set is the broadest), loop double
-buffering (XLA already unrolls the loops that hold collectives), and PGLE (the train step is
-compiled ahead of time, which JAX's automatic PGLE profiles but never recompiles)."""
+Left to XLA on purpose, each for the reason the package's README gives with XLA's values: the
+collective combine thresholds (the best one depends on model, mesh and interconnect, and a
+large one delays transfers), command buffers (XLA's default set), loop double buffering (XLA
+already unrolls by two the loops that hold collectives), and PGLE (the train step is compiled
+ahead of time, which JAX's automatic PGLE never profiles)."""
 
 from __future__ import annotations
 
