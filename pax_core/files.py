@@ -119,7 +119,10 @@ def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
     """Hold the operating system's lock on ``path`` (``flock``, which a killed process
     releases, so it never has to be removed by hand), the holder's pid, host and start time
     inside; when another process holds it, raise ``refusal(that holder)``. A directory in
-    its place (made by hand, or by a tool that copied the job) is a ``UsageError`` naming it."""
+    its place (made by hand, or by a tool that copied the job) is a ``UsageError`` naming it.
+    When the holder stops with a ``UsageError`` (which promises that nothing was changed), the
+    lock file is put back as it was, its time included."""
+    existed = path.exists()
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     except IsADirectoryError:
@@ -131,10 +134,21 @@ def held(path: Path, refusal: Callable[[str], UsageError]) -> Iterator[None]:
         except BlockingIOError:
             holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
             raise refusal(holder) from None
+        before, stat = os.read(fd, 4096), os.fstat(fd)
+        os.lseek(fd, 0, os.SEEK_SET)
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, started "
                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode())
-        yield
+        try:
+            yield
+        except UsageError:
+            if not existed:
+                path.unlink(missing_ok=True)
+            else:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, before, 0)
+                os.utime(fd, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+            raise
     finally:
         os.close(fd)  # closing releases the lock
 

@@ -141,3 +141,26 @@ def test_a_resume_with_changed_settings_says_which(job):
     again = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=6",
                     "--set", "LEARNING_RATE=0.5", *SETS)
     assert "settings changed" not in again.stderr
+
+
+def _snapshot(job: Path, leave_out: tuple[str, ...] = ()) -> dict[str, tuple[int, bytes]]:
+    """Every file of the job: its modification time and bytes."""
+    return {str(p.relative_to(job)): (p.stat().st_mtime_ns, p.read_bytes())
+            for p in sorted(job.rglob("*")) if p.is_file() and p.name not in leave_out}
+
+
+def test_a_rerun_of_a_finished_job_trains_nothing_and_records_nothing(job):
+    before = _snapshot(job, leave_out=("train.lock",))
+    result = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=4", *SETS)
+    assert result.returncode == 0, result.stderr
+    assert "trained to step 4 in an earlier run; nothing to train" in result.stdout
+    assert _snapshot(job, leave_out=("train.lock",)) == before  # no second final eval record
+
+
+def test_a_resume_refused_for_a_config_that_does_not_fit_changes_no_file(job):
+    before = _snapshot(job)
+    result = run_pax("train", *MLP, "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=6",
+                     "--set", "HIDDEN_DIMS=(32,)", *SETS)
+    assert result.returncode == 2, result.stderr
+    assert "does not fit this config" in result.stderr
+    assert _snapshot(job) == before  # the lock file included

@@ -127,6 +127,11 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                              f"num_train_steps {total}; raise NUM_TRAIN_STEPS (or "
                              f"task.train.num_train_steps) or use another --job-dir "
                              f"(nothing was changed)")
+        if step and step == total and restore_step is None:
+            if primary:
+                print(f"{run.resolved.name}: trained to step {total} in an earlier run; nothing "
+                      f"to train (raise NUM_TRAIN_STEPS to train on; pax eval evaluates it)")
+            return "completed", step, 0
         if restore_step is not None:
             _roll_back(checkpointer, restore_step)
         reached = jd.target_reached(run.task.train.early_stopping, step)
