@@ -125,7 +125,9 @@ def pax_register_checkpointers() -> list[Component]:
 
     The factory is called as ``factory(directory: str, settings: CheckpointSettings)`` and
     returns a ``pax_core.Checkpointer`` (save a step, restore the latest onto given shardings,
-    wait, close). A save must never leave a half-written step behind. Chosen by the experiment's
+    wait, close). A save must never leave a half-written step behind. With
+    ``settings.read_only`` (``pax eval``, ``pax export``, ``pax decode``, which may read a job
+    while it trains) it only restores and changes nothing in the directory. Chosen by the experiment's
     ``CHECKPOINTER`` constant. Built in: ``orbax``.
 
     Example::
@@ -187,7 +189,9 @@ def pax_register_backends() -> list[Component]:
     printed at the start and written in the start record. Then ``prepare()`` runs (what a
     preset cannot say, a ``jax.config`` switch); both touch only the backend's own platform.
     ``check(devices)`` runs after, on the platform JAX picked (refuse unusable devices with a
-    ``UsageError``), and ``attention(...)`` serves ``pax_core.dot_product_attention`` on that
+    ``UsageError``), ``check_program(devices, program)`` sees the run's traced initialisation
+    before anything compiles (refuse what the devices cannot run: the gpu backend refuses FP8
+    before Ada/Hopper), and ``attention(...)`` serves ``pax_core.dot_product_attention`` on that
     platform (a fused kernel where the platform has one). With ``--platform`` or
     ``JAX_PLATFORMS`` only that platform's backend prepares; otherwise every installed one
     does, since the platform is known only once JAX has started. A platform without a backend
