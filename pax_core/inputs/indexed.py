@@ -65,8 +65,10 @@ class IndexedInput(Input):
 
     KEY_NAME: ClassVar[str] = "data"  # the data key's name in the saved position
     POSITION: ClassVar[str] = "_position"  # the key under which a streamed batch carries it
-    READ_AHEAD: ClassVar[bool] = True  # read batches ahead in threads (not for data in memory,
-    # where threads only contend for the GIL)
+    # Batches read ahead, each by a thread of its own (0 for data in memory, where threads only
+    # contend for the GIL). A few: grain's default reads 500 elements ahead, and an element
+    # here is a whole batch (at ImageNet's 512 images of 224 x 224, tens of gigabytes).
+    READ_AHEAD: ClassVar[int] = 4
     CHANGED: ClassVar[str] = "the data, seed, batch_size, shuffle or repeat"
 
     shuffle: bool | None = None
@@ -143,8 +145,8 @@ class IndexedInput(Input):
 
         first = position["batches"]
         end = sys.maxsize if self.repeats else self.num_batches()
-        options = None if self.READ_AHEAD else grain.ReadOptions(num_threads=0,
-                                                                 prefetch_buffer_size=0)
+        options = grain.ReadOptions(num_threads=self.READ_AHEAD,
+                                    prefetch_buffer_size=self.READ_AHEAD)
         batches = (grain.MapDataset.range(first, max(first, end))
                    .map(_Numbered(self.batch_reader())).to_iter_dataset(options))
         return self.prefetched(batches) if workers else batches

@@ -52,7 +52,7 @@ class TextInput(LmInput):
     ``num_rows`` is the number of rows of text (padding rows aside).
     """
 
-    READ_AHEAD: ClassVar[bool] = False
+    READ_AHEAD: ClassVar[int] = 0
     CHANGED: ClassVar[str] = ("the text, tokenizer, split, seed, batch_size, seq_len, packing, "
                               "shuffle or repeat")
 
