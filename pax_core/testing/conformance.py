@@ -18,7 +18,9 @@ against the installed plugin as ``pax`` would load it:
 * every experiment (``experiments``: all, or the names given) resolves and its config builds;
 * its model returns a ``ModelOutput`` with a scalar loss on a batch of its training input's
   shapes (``jax.eval_shape``, so full-size models cost nothing);
-* every dataset's position saves as JSON and restores to the same next batch;
+* every dataset's position saves as JSON and restores to the same next batch, each experiment
+  resolved with the ``--set`` items of the ``data_settings`` fixture (data made for the test,
+  in the real data's format, where the real data is not on the machine);
 * ``pax plan`` compiles each of ``plan_experiments`` (default: the same experiments) on fake
   devices of its mesh, in a subprocess as a user runs it;
 * every optimizer of the core (``--set OPTIMIZER=...``) drives the training loss of
@@ -26,7 +28,7 @@ against the installed plugin as ``pax`` would load it:
   items of the ``trained_settings`` fixture (where its data is, say).
 
 Experiments that need a plugin which is not installed are skipped, and so are input checks whose
-data is not on this machine, each with the reason.
+data is neither on this machine nor given by ``data_settings``, each with the reason.
 """
 
 from __future__ import annotations
@@ -90,11 +92,11 @@ def parametrize_conformance(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("optimizer", list(LEARNING_RATES) if cls.trained_experiment else [])
 
 
-def _resolve(host: PluginHost, plugin: str, experiment: str):
+def _resolve(host: PluginHost, plugin: str, experiment: str, settings: Sequence[str] = ()):
     from pax_core.config.resolve import resolve
 
     try:
-        return resolve(host, experiment, plugin, [])
+        return resolve(host, experiment, plugin, list(settings))
     except UsageError as e:
         if "plugin, which is not installed" in str(e):
             pytest.skip(str(e))
@@ -137,6 +139,13 @@ class PluginConformance:
     @pytest.fixture
     def trained_settings(self) -> list[str]:
         """``--set`` items ``trained_experiment`` trains with (override to give its data)."""
+        return []
+
+    @pytest.fixture
+    def data_settings(self, experiment: str) -> list[str]:
+        """``--set`` items the input check resolves ``experiment`` with: override to point an
+        experiment whose data a test machine lacks at a small stand-in written in the data's
+        own format (and a batch that fits it), so its input's position is checked in CI."""
         return []
 
     def test_plugin_is_active_and_declares_its_api(self, host: PluginHost) -> None:
@@ -193,9 +202,9 @@ class PluginConformance:
         for key, value in out.metrics.items():
             assert isinstance(value, tuple) and len(value) == 2, f"metric {key}: {value!r}"
 
-    def test_input_position_restores_the_next_batch(self, host: PluginHost, experiment: str
-                                                    ) -> None:
-        job = _resolve(host, self.plugin, experiment).build()
+    def test_input_position_restores_the_next_batch(self, host: PluginHost, experiment: str,
+                                                    data_settings: list[str]) -> None:
+        job = _resolve(host, self.plugin, experiment, data_settings).build()
         for data in job.datasets:
             try:
                 data.get_next()

@@ -20,22 +20,37 @@ def _train_args(data, job, *more):
             "--set", f"DATA_DIR='{data}'", "--set", "BUCKET_SECONDS=(0.6, 1.5)", *more)
 
 
+# Long enough to learn the tones: at 20 steps (the experiment's own) the recognizer still
+# emits only blanks, and an empty transcript has error rates of exactly 1 (every character
+# and word deleted), as has the untrained model. Over 200 steps it measured CER 0.07-0.15 /
+# WER 0.30-0.61 at step 100 and CER 0.00-0.02 / WER 0.00-0.06 at step 200; with its encoder
+# frozen (only the head learning) CER 0.83 at step 200. The steps cost seconds, the start-up
+# most of the run.
+STEPS = 200
+
+
 @pytest.fixture(scope="module")
 def trained(tone_data, tmp_path_factory):
     job = tmp_path_factory.mktemp("speech") / "job"
-    result = run_pax(*_train_args(tone_data, job), timeout=600)
+    result = run_pax(*_train_args(tone_data, job, "--set", f"NUM_TRAIN_STEPS={STEPS}",
+                                  "--set", f"EVAL_INTERVAL_STEPS={STEPS // 2}",
+                                  "--set", f"CHECKPOINT_EVERY_N_STEPS={STEPS // 2}"),
+                     timeout=600)
     assert result.returncode == 0, result.stderr
     return job
 
 
-def test_train_reports_ctc_loss_and_error_rates(trained):
+def test_train_learns_and_reports_ctc_loss_and_error_rates(trained):
     records = read_metrics(trained)
     train = [r for r in records if r["kind"] == "train"]
     evals = [r for r in records if r["kind"] == "eval/heldout"]
-    assert len(evals) == 2 and evals[-1]["ctc_loss"] < evals[0]["ctc_loss"]  # steps 10, 20
+    assert [r["step"] for r in evals] == [STEPS // 2, STEPS]
+    assert evals[-1]["ctc_loss"] < evals[0]["ctc_loss"]
     assert {"cer", "wer", "ctc_loss", "num_utterances"} <= set(evals[-1])
     assert evals[-1]["num_utterances"] == 16  # every held-out utterance, once
-    assert 0 <= evals[-1]["cer"] <= 1.5 and 0 <= evals[-1]["wer"] <= 1.5
+    # Far below the 1.0 of a recognizer that has learnt nothing (see STEPS), with room for
+    # another jax's numbers.
+    assert evals[-1]["cer"] < 0.3 and evals[-1]["wer"] < 0.6
     assert train[0]["mfu"] > 0
 
 
@@ -46,7 +61,7 @@ def test_transcribe_prints_a_line_per_file(trained, tone_data):
                          "--decoder", decoder)
         assert result.returncode == 0, result.stderr
         lines = result.stdout.strip().splitlines()
-        assert len(lines) == 2 and all(line.startswith("[step 20] ") for line in lines)
+        assert len(lines) == 2 and all(line.startswith(f"[step {STEPS}] ") for line in lines)
         assert all(set(line.partition(": ")[2]) <= set(" 'abcdefghijklmnopqrstuvwxyz")
                    for line in lines)
     bad = run_pax("transcribe", "--plugin", "speech", "--job-dir", str(trained),

@@ -14,11 +14,17 @@ from pax_core.testing import read_metrics, run_pax
 from pax_vision.inputs.arrays import IDX_IMAGES, IDX_LABELS
 
 pytestmark = pytest.mark.slow
-pytest.importorskip("sklearn")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
+def digits():
+    """scikit-learn's UCI digits (pax-vision's ``digits`` extra), which TinyDigitsForTests
+    reads: only the tests of that experiment need them."""
+    return pytest.importorskip("sklearn.datasets").load_digits()
+
+
+@pytest.fixture(scope="module")
+def trained(digits, tmp_path_factory):
     job = tmp_path_factory.mktemp("digits") / "job"
     result = run_pax("train", "--plugin", "vision", "--exp", "TinyDigitsForTests",
                      "--job-dir", str(job), timeout=300)
@@ -35,10 +41,7 @@ def test_train_learns_and_reports_pax_metrics(trained):
     assert evals[-1]["avg_xent"] < evals[0]["avg_xent"]
 
 
-def test_predict_names_the_class_of_an_image(trained, tmp_path):
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
+def test_predict_names_the_class_of_an_image(trained, digits, tmp_path):
     paths = []
     for i in (0, 1):  # training images, so a 40-step model knows them
         path = tmp_path / f"{i}.png"
@@ -73,6 +76,7 @@ def test_a_folder_without_class_subfolders(tmp_path):
     assert f"{tmp_path / 'train'}: no class subfolders" in message
 
 
+@pytest.mark.usefixtures("digits")
 def test_images_of_another_size_than_the_model_takes(tmp_path):
     message = _refused(tmp_path / "job", "--exp", "TinyDigitsForTests",
                        "--set", "datasets[0].image_size=12")
@@ -91,6 +95,7 @@ def test_an_idx_file_of_the_wrong_magic_number(tmp_path):
     assert f"magic number {IDX_LABELS}, expected {IDX_IMAGES}" in message
 
 
+@pytest.mark.usefixtures("digits")
 def test_a_class_count_other_than_the_models(tmp_path):
     message = _refused(tmp_path / "job", "--exp", "TinyDigitsForTests",
                        "--set", "NUM_CLASSES=5")

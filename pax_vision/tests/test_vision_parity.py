@@ -14,8 +14,6 @@ from pax_core.testing import build_run, isolated_host, resolve
 
 STEPS = 3
 
-pytest.importorskip("sklearn")
-
 
 @pytest.fixture(scope="module")
 def host():
@@ -37,6 +35,8 @@ def _train(host, exp: str, partitioner: str, mesh: list[int] | None, devices: li
 
 @pytest.mark.parametrize("exp", ["TinyResNetForTests", "TinyViTForTests"])
 def test_meshes_match_one_device(host, exp):
+    pytest.importorskip("sklearn", reason="needs scikit-learn (pax-vision's digits extra), "
+                                          "whose digits the tiny models train on")
     want_losses, want_params, want_stats = _train(host, exp, "spmd", [1, 1, 1],
                                                   jax.devices()[:1])
     if exp == "TinyResNetForTests":

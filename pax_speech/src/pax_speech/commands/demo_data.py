@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import random
 import re
 import shutil
@@ -216,20 +217,36 @@ def copy_real(root: Path, testdata: Path) -> tuple[int, float]:
     return len(lines), sum(line["duration"] for line in lines)
 
 
+def check_output(output_dir: Path) -> None:
+    """``UsageError`` unless the data set can be written to ``output_dir``: a new or empty
+    folder whose nearest existing ancestor is a folder this user may write in (the data set is
+    made beside it and renamed into place)."""
+    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
+        raise UsageError(f"{output_dir} exists and is not an empty folder; give a new folder "
+                         f"(nothing was written)")
+    above = next(p for p in output_dir.absolute().parents if p.exists())
+    if not above.is_dir():
+        raise UsageError(f"{output_dir} is inside {above}, which is a file, not a folder; give "
+                         f"a folder path (nothing was written)")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write in {above} (permission denied); give a folder you "
+                         f"can write in (nothing was written)")
+
+
 def make_demo_data(output_dir: Path, utterances: int = 1600, heldout: int = 100, seed: int = 0,
                    jobs: int = 2, testdata: Path = TESTDATA) -> str:
     """Write the demo data set into ``output_dir`` (absent or empty); the summary line.
-    ``UsageError`` for a missing tool, a folder that holds files or bad counts."""
+    ``UsageError`` for an output it cannot write, bad counts or a missing tool, in that order:
+    what the command line says is checked before the machine, so a mistyped folder is named
+    as such on a machine without the voices too."""
+    check_output(output_dir)
+    if utterances < 1 or heldout < 0 or jobs < 1:
+        raise UsageError(f"--utterances and --jobs must be >= 1 and --heldout >= 0, got "
+                         f"{utterances}, {jobs} and {heldout}")
     missing = [tool for tool in TOOLS if shutil.which(tool) is None]
     if missing:
         raise UsageError(f"make-demo-data needs {', '.join(missing)}, not found on PATH; "
                          f"install them: apt install {PACKAGES}")
-    if utterances < 1 or heldout < 0 or jobs < 1:
-        raise UsageError(f"--utterances and --jobs must be >= 1 and --heldout >= 0, got "
-                         f"{utterances}, {jobs} and {heldout}")
-    if output_dir.exists() and (not output_dir.is_dir() or any(output_dir.iterdir())):
-        raise UsageError(f"{output_dir} exists and is not an empty folder; give a new folder "
-                         f"(nothing was written)")
     start = time.monotonic()
     train, held = sentences(utterances, heldout, seed)
     voice_rng = random.Random(f"{seed}/voices")
