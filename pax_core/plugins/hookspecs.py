@@ -127,8 +127,8 @@ def pax_register_checkpointers() -> list[Component]:
     returns a ``pax_core.Checkpointer`` (save a step, restore the latest onto given shardings,
     wait, close). A save must never leave a half-written step behind. With
     ``settings.read_only`` (``pax eval``, ``pax export``, ``pax decode``, which may read a job
-    while it trains) it only restores and changes nothing in the directory. Chosen by the experiment's
-    ``CHECKPOINTER`` constant. Built in: ``orbax``.
+    while it trains) it only restores and changes nothing in the directory. Chosen by the
+    experiment's ``CHECKPOINTER`` constant. Built in: ``orbax``.
 
     Example::
 
