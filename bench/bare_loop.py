@@ -13,6 +13,8 @@ import argparse
 import itertools
 import json
 import time
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -20,6 +22,22 @@ import optax
 
 from pax_core.config.resolve import resolve
 from pax_core.plugins.host import PluginHost
+
+
+def bare_step(model: Any, tx: optax.GradientTransformation) -> Callable[..., tuple]:
+    """``(params, opt_state, batch, rng) -> (params, opt_state, rng, loss)``: the model's loss,
+    its gradient and one optimizer update, as a user writes it (``step_hlo.py`` compares its
+    compiled program with Pax's train step)."""
+    def loss_fn(params, batch, rng):
+        return model.apply({"params": params}, batch, train=True, rngs={"dropout": rng}).loss
+
+    def train_step(params, opt_state, batch, rng):
+        rng, step_rng = jax.random.split(rng)
+        loss, grads = jax.value_and_grad(loss_fn)(params, batch, step_rng)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, rng, loss
+
+    return train_step
 
 
 def main() -> None:
@@ -40,16 +58,7 @@ def main() -> None:
     params = model.init(jax.random.key(0), first, train=False)["params"]
     opt_state = tx.init(params)
     rng = jax.random.key(1)
-
-    def loss_fn(params, batch, rng):
-        return model.apply({"params": params}, batch, train=True, rngs={"dropout": rng}).loss
-
-    @jax.jit
-    def train_step(params, opt_state, batch, rng):
-        rng, step_rng = jax.random.split(rng)
-        loss, grads = jax.value_and_grad(loss_fn)(params, batch, step_rng)
-        updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, rng, loss
+    train_step = jax.jit(bare_step(model, tx))
 
     tokens_per_step = int(np.prod(first["ids"].shape))
     batch, losses, times = first, {}, {}

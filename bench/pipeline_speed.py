@@ -23,6 +23,7 @@ Writes bench/results/pipeline_speed.{json,md}.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import time
@@ -60,16 +61,19 @@ def configurations() -> dict[str, tuple[TransformerLm, tuple[int, ...], tuple, P
     return out
 
 
+def lm_loss(model: TransformerLm, params: dict, ids: jax.Array) -> jax.Array:
+    """Next-token cross-entropy of ``ids`` ``[batch, length + 1]``."""
+    logits = model.apply({"params": params}, ids[:, :-1], train=True)
+    logp = jax.nn.log_softmax(logits)
+    return -jnp.mean(jnp.take_along_axis(logp, ids[:, 1:, None], -1))
+
+
 def compiled_step(model: TransformerLm, shape: tuple[int, ...], rules: tuple):
     """A jitted Adam step over the mesh, its sharded initial state and a batch."""
     mesh = Mesh(np.array(jax.devices()).reshape(shape), axes.PIPELINE_MESH)
     ids = jax.random.randint(jax.random.PRNGKey(0), (BATCH, LENGTH + 1), 0, 256)
     tx = optax.adam(1e-3)
-
-    def loss(params, ids):
-        logits = model.apply({"params": params}, ids[:, :-1], train=True)
-        logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, ids[:, 1:, None], -1))
+    loss = functools.partial(lm_loss, model)
 
     def step(params, opt_state, ids):
         value, grads = jax.value_and_grad(loss)(params, ids)
@@ -117,11 +121,14 @@ def main() -> None:
             times[name].append(statistics.median(per_step))
     base = statistics.median(times["unpipelined (replica 8)"])
     rows = []
-    for name, (_, _, _, pipeline) in configs.items():
+    for name, (_, shape, _, pipeline) in configs.items():
         t = statistics.median(times[name])
-        row = {"configuration": name, "step_ms": 1000 * t, "ratio": t / base}
+        row = {"configuration": name, "mesh": dict(zip(axes.PIPELINE_MESH, shape, strict=True)),
+               "step_ms": 1000 * t, "ratio": t / base}
         if pipeline is not None:
             micro = pipeline.microbatches(BATCH)
+            row.update(schedule=pipeline.kind, stages=pipeline.num_stages, microbatches=micro,
+                       circular_repeat=pipeline.circular_repeat)
             row["bubble"] = pipeline.bubble(micro)
             row["predicted_ratio"] = 1 / (1 - row["bubble"])
             row["rest"] = row["ratio"] / row["predicted_ratio"]
@@ -135,7 +142,8 @@ def main() -> None:
                      f"{extra} |")
     report.save("pipeline_speed", {"model": MODEL, "batch": BATCH, "length": LENGTH,
                                      "devices": 8, "host_cores": os.cpu_count(),
-                                     "rounds": args.rounds, "rows": rows}, "\n".join(lines))
+                                     "rounds": args.rounds, "steps": args.steps, "rows": rows},
+                "\n".join(lines))
 
 
 if __name__ == "__main__":
