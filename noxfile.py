@@ -172,7 +172,7 @@ def sweep(session: nox.Session) -> None:
     same environment (with the test plugin, whose experiment some of them sweep), and its tests
     there, `pax sweep` end to end with every algorithm (about 5 minutes on 2 cores, the
     installation included). No other session installs pax-sweep but
-    pax-ray's."""
+    pax-ray's (and bench's, in an environment of its own)."""
     where = os.path.join(session.create_tmp(), "sweep_venv")
     shutil.rmtree(where, ignore_errors=True)
     session.run("uv", "venv", "-q", where, external=True)
@@ -199,9 +199,10 @@ STORAGE_FAULT_REPEATS = "20"
 @nox.session
 def soak(session: nox.Session) -> None:
     """The fault trials at full count, on demand (about 40 minutes on 2 cores): CI runs a
-    fixed, seeded sample of each; here the kill -9 tests run their soak counts (over 100 kills
-    of the core's MLP) and each storage fault runs 20 times in a row, stopping at the first
-    failure."""
+    fixed, seeded sample of each; here the kill -9 tests run their soak counts (160 runs killed
+    mid-run: 100 of the core's MLP, 40 of the tiny LM, 20 in a bucket; a run that ends before
+    its kill is run again with an earlier one, not counted) and each storage fault runs 20
+    times in a row, stopping at the first failure."""
     session.install(*PACKAGES, "pytest-repeat>=0.9.4,<0.10")
     env = {"PAX_STRICT_PLUGINS": "1", "PAX_SOAK": "1"}
     session.run("pytest", "-q", "-s", *SOAK_TESTS, *session.posargs, env=env)
@@ -224,13 +225,28 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Benchmarks (about 45 minutes on 2 cores): CLI start-up, `pax train` against
-    hand-written flax + optax and a bare loop around Pax's model (speed, start-up, memory),
-    and a pipeline's step time against the unpipelined model's; results under
-    bench/results/. Arguments go to bench/train_speed.py (`--models quickstart --rounds 2`
-    takes 3 minutes). Installed as an LM user installs Pax, without the test extras and the
-    other plugins, whose imports and registrations a user's `pax train` would not pay for."""
+    """Benchmarks (about an hour on 2 cores), each writing bench/results/NAME.{json,md}
+    with the commit, date and command it was measured at: CLI start-up and its imports by
+    package, `pax train` against hand-written flax + optax and a bare loop around Pax's model
+    (speed, start-up, memory), Pax's compiled step against the bare one (matrix products, FLOP
+    and byte counts), compiling's phases and memory with and without the freed heap given back,
+    a pipeline's step time and gradients against the unpipelined model's, and a `pax sweep`;
+    then the README's tables are generated from the results (bench/readme_tables.py).
+    Arguments go to bench/train_speed.py (`--models quickstart --rounds 2` takes 3 minutes).
+    Installed as an LM user installs Pax, without the test extras and the other plugins, whose
+    imports and registrations a user's `pax train` would not pay for; the sweep runs in an
+    environment of its own, with pax-sweep."""
     session.install(*BENCH_PACKAGES)
     session.run("python", "bench/cli_startup.py")
+    session.run("python", "bench/import_time.py")
     session.run("python", "bench/train_speed.py", *session.posargs)
-    session.run("python", "bench/pipeline_speed.py")
+    for script in ("step_hlo", "compile_memory", "pipeline_speed", "pipeline_grads"):
+        session.run("python", f"bench/{script}.py")
+    where = os.path.join(session.create_tmp(), "sweep_venv")
+    shutil.rmtree(where, ignore_errors=True)
+    session.run("uv", "venv", "-q", where, external=True)
+    python = os.path.join(where, "bin", "python")
+    session.run("uv", "pip", "install", "-q", "--python", python, "-e", ".", "-e",
+                "./plugins/pax_sweep", external=True)
+    session.run(python, "bench/sweep_trials.py", external=True)
+    session.run("python", "bench/readme_tables.py")

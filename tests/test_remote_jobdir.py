@@ -142,12 +142,16 @@ def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
             "--set", "task.train.save_interval_steps=1",
             "--set", "task.train.summary_interval_steps=1",
             "--set", "task.train.eval_interval_steps=1000"]
-    killed = kill_trials(args, f"{gcs}/jobs/killed", trials=fault_trials(3, 20), seed=3)
+    trials = fault_trials(3, 20)
+    killed = kill_trials(args, f"{gcs}/jobs/killed", trials=trials, seed=3)
+    print(f"gs:// kill -9: {killed.killed} runs killed mid-run ({killed.redrawn} more ended "
+          f"before their kill and were redrawn), resumed from {killed.resumed}, "
+          f"{killed.unfinished_removed} unfinished saves removed, {len(killed.damaged)} damaged")
     assert killed.finished.returncode == 0, killed.finished.stderr
-    assert killed.killed >= 1 and killed.tracebacks == [] and killed.damaged == []
+    assert killed.killed == trials  # killed mid-run, each of them
+    assert killed.tracebacks == [], killed.tracebacks[0]
+    assert killed.damaged == [], "\n".join(killed.damaged)
     assert killed.resumed == sorted(killed.resumed)
-    print(f"gs:// kill -9: {killed.killed} of {killed.tried} runs killed, resumed from "
-          f"{killed.resumed}, {killed.unfinished_removed} unfinished saves removed")
     straight = kill_trials(args, tmp_path / "straight", trials=0)
     assert straight.finished.returncode == 0, straight.finished.stderr
     assert_same_params(read_params(f"{gcs}/jobs/killed"), read_params(tmp_path / "straight"))

@@ -13,8 +13,8 @@
 * ``run_pax(*args)`` — the installed ``pax`` command as a user runs it, plugin failures fatal;
   ``read_metrics(job_dir)`` — the records of its ``metrics.jsonl``.
 * Fault trials (``pax_core.testing.faults``): ``kill_trials(args, job_dir, trials=N)`` runs
-  ``pax train`` N times, killing each with SIGKILL at a random moment, then to the end;
-  ``read_params(job_dir)``, ``train_losses(job_dir)`` and ``assert_same_params`` compare the
+  ``pax train`` until SIGKILL has killed N runs mid-run, each at a random moment, then to the
+  end; ``read_params(job_dir)``, ``train_losses(job_dir)`` and ``assert_same_params`` compare the
   result bitwise with a run left alone; ``kill_and_compare`` does all of it on 1 and 8 devices;
   ``stop_once_saved(command, job_dir, signum)`` signals a command once a checkpoint is saved;
   ``fault_trials(ci, soak)`` is how many trials to run: a fixed sample in an ordinary test run,

@@ -8,7 +8,9 @@ eight::
     kill_and_compare(["--exp", "myplugin/Tiny", "--set", "NUM_TRAIN_STEPS=40", ...], tmp_path,
                      trials=6, steps=40)
 
-``kill_trials``, ``train_losses``, ``read_params`` and ``assert_same_params`` are its parts.
+``kill_trials``, ``train_losses``, ``read_params`` and ``assert_same_params`` are its parts. Only
+a run that SIGKILL killed mid-run counts as a trial; one that ended before its kill is run again
+with an earlier kill.
 ``fault_trials(ci, soak)`` sizes a trial count: an ordinary test run takes a fixed, seeded
 sample (``ci``); a soak (``PAX_SOAK=1``, the repository's ``nox -s soak``) runs ``soak``.
 ``stop_once_saved`` stops a command in the middle of a run, for tests of what resumes it.
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +42,12 @@ EARLY_KILLS = 0.25
 
 @dataclasses.dataclass
 class KillTrials:
-    """What ``kill_trials`` saw: how many runs it started and how many it killed before they
-    finished; the step each run resumed from (a kill never loses a committed step, so they
-    never decrease) and how many unfinished saves were removed; the restore messages that named
-    a damaged checkpoint (a kill must never damage one), any traceback; the final run."""
+    """What ``kill_trials`` saw: how many runs it started and how many SIGKILL killed mid-run
+    (the trials asked for: a run still going when the signal came, which died of it); the step
+    each run resumed from (a kill never loses a committed step, so they never decrease) and how
+    many unfinished saves were removed; the restore messages that named a damaged checkpoint (a
+    kill must never damage one), any traceback; the final run; how many runs ended on their own
+    before their kill and were run again with an earlier kill."""
 
     tried: int
     killed: int
@@ -52,6 +56,7 @@ class KillTrials:
     damaged: list[str]
     tracebacks: list[str]
     finished: subprocess.CompletedProcess
+    redrawn: int = 0
 
 
 def _records(metrics: Any) -> int:
@@ -62,16 +67,23 @@ def _records(metrics: Any) -> int:
 
 
 def _one_trial(command: list[str], job_dir: Any, env: Mapping[str, str], rng: random.Random,
-               log: Path) -> bool:
-    """Start the run, kill it at a random moment; returns whether it was killed."""
+               log: Path, within: float | None = None) -> float | None:
+    """Start the run and send it SIGKILL at a random moment: within ``within`` seconds of its
+    start where given (a redrawn trial), else early or a moment after it has logged a training
+    step. Returns None where the signal killed it mid-run (it was still going, and died of it),
+    else the seconds it ran before it ended on its own, which only a run that trained the job to
+    its end does: a run that fails on its own is an error, named with its output."""
     metrics = job_dir / "metrics.jsonl"
     before = _records(metrics)
+    started = time.monotonic()
     with open(log, "w") as err:
         run = subprocess.Popen(command, stdout=err, stderr=err, env=dict(env))
-        if rng.random() < EARLY_KILLS:
-            deadline = time.monotonic() + rng.uniform(0.0, 4.0)
+        if within is not None:
+            deadline = started + rng.uniform(0.0, within)
+        elif rng.random() < EARLY_KILLS:
+            deadline = started + rng.uniform(0.0, 4.0)
         else:
-            deadline = time.monotonic() + 120
+            deadline = started + 120
             while time.monotonic() < deadline and run.poll() is None:
                 if _records(metrics) > before + 1:  # past the start record: training
                     break
@@ -79,37 +91,49 @@ def _one_trial(command: list[str], job_dir: Any, env: Mapping[str, str], rng: ra
             deadline = time.monotonic() + rng.uniform(0.0, 1.0)
         while time.monotonic() < deadline and run.poll() is None:
             time.sleep(0.01)
-        killed = run.poll() is None
-        if killed:
+        sent = run.poll() is None
+        if sent:
             run.send_signal(signal.SIGKILL)
         run.wait()
-    return killed
+    if sent and run.returncode == -signal.SIGKILL:
+        return None
+    if run.returncode != 0:
+        raise AssertionError(f"run {log.stem} ended with exit status {run.returncode} before "
+                             f"its kill; the end of its output ({log}):\n"
+                             f"{log.read_text()[-3000:]}")
+    return time.monotonic() - started
 
 
 def fault_trials(ci: int, soak: int) -> int:
     """How many fault trials to run: ``soak`` when ``PAX_SOAK`` is set to 1, else ``ci``. Each
     trial is seconds of a real run, so an ordinary test run samples; the moments stay random
-    across the soak's many trials, and the sample's seeds fix which ones CI sees."""
+    across the soak's many trials, and the sample's seeds fix which ones CI sees. A kill trial
+    counts only where the run was killed mid-run (``kill_trials``)."""
     return soak if os.environ.get(SOAK_VAR, "") == "1" else ci
 
 
 def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int, seed: int = 0,
-                env: Mapping[str, str] | None = None, timeout: float = 600) -> KillTrials:
-    """Run ``pax train ARGS --job-dir JOB_DIR`` ``trials`` times, killing each with SIGKILL at
-    a random moment (``seed`` fixes them), then once more to the end. ``JOB_DIR`` may be in a
-    bucket (``gs://``); the runs' output is then kept in a local temporary folder. The trials
-    share a compilation cache of their own beside the output (a kill may cut an entry short,
-    which JAX reports and compiles again), so no other run meets what they leave."""
+                env: Mapping[str, str] | None = None, timeout: float = 600,
+                redraws: int | None = None) -> KillTrials:
+    """Run ``pax train ARGS --job-dir JOB_DIR`` until SIGKILL has killed ``trials`` runs
+    mid-run, each at a random moment (``seed`` fixes them), then once more to the end.
+
+    A run that ends on its own before its kill (it trained the job to its end: the moment came
+    too late) is no trial: it is run again with a kill drawn within the time it ran. Up to
+    ``redraws`` runs (``1 + trials // 10`` by default) may end so; one more fails with a message
+    saying the kill times are too late for the job. ``JOB_DIR`` may be in a bucket (``gs://``);
+    the runs' output is then kept in a local temporary folder. The trials share a compilation
+    cache of their own beside the output (a kill may cut an entry short, which JAX reports and
+    compiles again), so no other run meets what they leave."""
     job_dir = job_path(job_dir)
     pax = str(Path(sys.executable).with_name("pax"))
     command = [pax, "train", *args, "--job-dir", str(job_dir)]
-    rng = random.Random(seed)
     logs = (Path(tempfile.mkdtemp(prefix="pax-trials-")) if is_remote(job_dir)
             else job_dir.parent / f"{job_dir.name}-trials")
     logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PAX_STRICT_PLUGINS": "1", "PAX_COMPILATION_CACHE": str(logs / "xla"),
            **(env or {})}
-    killed, resumed, removed, damaged, tracebacks = 0, [], 0, [], []
+    resumed, removed, damaged, tracebacks = [], 0, [], []
 
     def read(text: str) -> None:
         nonlocal removed
@@ -119,14 +143,41 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
         if "Traceback" in text:
             tracebacks.append(text)
 
-    for trial in range(trials):
-        log = logs / f"{trial}.err"
-        killed += _one_trial(command, job_dir, env, rng, log)
-        read(log.read_text())
+    killed, redrawn = _kill_runs(command, job_dir, env, logs, read, trials=trials, seed=seed,
+                                 redraws=1 + trials // 10 if redraws is None else redraws)
     finished = subprocess.run(command, capture_output=True, text=True, env=env,
                               timeout=timeout)
     read(finished.stdout + finished.stderr)
-    return KillTrials(trials, killed, resumed, removed, damaged, tracebacks, finished)
+    return KillTrials(killed + redrawn, killed, resumed, removed, damaged, tracebacks, finished,
+                      redrawn)
+
+
+def _kill_runs(command: list[str], job_dir: Any, env: Mapping[str, str], logs: Path,
+               read: Callable[[str], None], *, trials: int, seed: int,
+               redraws: int) -> tuple[int, int]:
+    """Start ``command`` again and again until ``trials`` runs were killed mid-run, each run's
+    output given to ``read``; a run that ended before its kill is started again with a kill
+    within the time it ran, at most ``redraws`` times in all. Returns the runs killed and those
+    redrawn."""
+    rng = random.Random(seed)
+    killed = redrawn = 0
+    within = None
+    while killed < trials:
+        log = logs / f"{killed + redrawn}.err"
+        lived = _one_trial(command, job_dir, env, rng, log, within)
+        read(log.read_text())
+        if lived is None:
+            killed, within = killed + 1, None
+            continue
+        redrawn += 1
+        if redrawn > redraws:
+            raise AssertionError(
+                f"kill times are too late: runs ended before their kill {redrawn} times, past "
+                f"the {redraws} redraws that {trials} trials may take (the last ran "
+                f"{lived:.1f} s, to the end of {job_dir}); give the job more steps or draw "
+                f"earlier kills")
+        within = lived
+    return killed, redrawn
 
 
 def read_params(job_dir: str | os.PathLike, step: int | None = None) -> dict[str, Any]:
@@ -202,10 +253,11 @@ def assert_same_params(got: Mapping[str, Any], want: Mapping[str, Any]) -> None:
 
 def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: int,
                      steps: int, devices: Sequence[int] = (1, 8)) -> dict[int, KillTrials]:
-    """For each device count (run side by side): ``pax train ARGS`` killed ``trials`` times and
-    finished, and the same run left alone; asserts that no rerun met a damaged checkpoint or
-    failed with a traceback, that the killed run logged each of ``steps`` steps once with the
-    same loss, and that both end with the same parameters, bitwise. Returns the trials."""
+    """For each device count (run side by side): ``pax train ARGS`` killed mid-run ``trials``
+    times and finished, and the same run left alone; asserts that no rerun met a damaged
+    checkpoint or failed with a traceback, that the killed run logged each of ``steps`` steps
+    once with the same loss, and that both end with the same parameters, bitwise. Returns the
+    trials."""
     import concurrent.futures
 
     root = Path(root)
@@ -220,10 +272,15 @@ def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: in
 
     with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
         results = dict(zip(devices, pool.map(chain, devices), strict=True))
+    # What every device count tried, for a failure's message: a soak that fails still reports
+    # its counts.
+    seen = "; ".join(f"{count} device(s): {k.killed} runs killed mid-run, {k.redrawn} redrawn, "
+                     f"{len(k.damaged)} met a damaged checkpoint" for count, k in results.items())
     for count, killed in results.items():
-        assert killed.finished.returncode == 0, killed.finished.stderr
-        assert killed.tracebacks == [], killed.tracebacks[0]
-        assert killed.damaged == [], killed.damaged
+        assert killed.finished.returncode == 0, (f"{seen}\n{count} device(s), the final run:\n"
+                                                 f"{killed.finished.stderr}")
+        assert killed.tracebacks == [], f"{seen}\n{count} device(s):\n{killed.tracebacks[0]}"
+        assert killed.damaged == [], f"{seen}\n{count} device(s):\n" + "\n".join(killed.damaged)
         assert killed.resumed == sorted(killed.resumed), killed.resumed  # nothing committed lost
         killed_dir, straight_dir = root / f"killed-{count}", root / f"straight-{count}"
         losses = train_losses(killed_dir)

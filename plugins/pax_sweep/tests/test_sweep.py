@@ -110,18 +110,78 @@ def test_trials_side_by_side_share_the_cpu_devices(monkeypatch):
     assert CpuBackend().share(0, 16)["XLA_FLAGS"].endswith("device_count=1")
 
 
-@pytest.mark.parametrize("name", ["grid", "random", "evolution"])
-def test_each_algorithm_takes_feedback_on_recorded_choices(name):
-    """The sweep feeds back the DNA it recorded as JSON, as a resumed sweep would; evolution
-    mutates what it is given, past its first population."""
-    hyper = space.SearchSpace(values=space.parse_search(
-        ["LR=oneof([0.1, 0.01, 0.001, 0.0001])", "H=oneof([(8,), (16,), (32,)])"])).hyper()
-    spec = pg.dna_spec(hyper)
-    algorithm = algorithms.make(name, spec, seed=1, trials=12)
-    for _ in range(12):
-        recorded = algorithm.propose().to_json()
-        chosen = pg.materialize(hyper, algorithms.dna_of(recorded, spec))
-        algorithm.feedback(algorithms.dna_of(recorded, spec), -abs(chosen.LR - 0.01))
+# The algorithms as the sweep drives them: each proposal recorded as JSON and fed back (or
+# replayed by ``recover`` on a resume) as DNA read from that JSON.
+FEEDBACK_SPACE = space.SearchSpace(values=space.parse_search(
+    ["LR=oneof([0.1, 0.01, 0.001, 0.0001])", "H=oneof([(8,), (16,), (32,)])"])).hyper()
+FEEDBACK_SPEC = pg.dna_spec(FEEDBACK_SPACE)
+
+
+def _reward(dna: pg.DNA, best_lr: float) -> float:
+    """Highest at learning rate ``best_lr``, falling with the distance on a log scale."""
+    return -abs(math.log10(pg.materialize(FEEDBACK_SPACE, dna).LR) - math.log10(best_lr))
+
+
+def _sweep(algorithm, count: int, best_lr: float = 0.01) -> list[str]:
+    """``count`` proposals, each recorded as JSON and fed back with its ``_reward``; returns
+    the recorded JSON."""
+    recorded = []
+    for _ in range(count):
+        recorded.append(json.dumps(algorithm.propose().to_json()))
+        dna = algorithms.dna_of(json.loads(recorded[-1]), FEEDBACK_SPEC)
+        algorithm.feedback(dna, _reward(dna, best_lr))
+    return recorded
+
+
+def _resumed(name: str, recorded: list[str], trials: int) -> object:
+    """A new invocation's algorithm that recovered the recorded trials with their rewards."""
+    again = algorithms.make(name, FEEDBACK_SPEC, seed=1, trials=trials)
+    dnas = [algorithms.dna_of(json.loads(text), FEEDBACK_SPEC) for text in recorded]
+    again.recover((dna, _reward(dna, 0.01)) for dna in dnas)
+    return again
+
+
+def test_grid_search_given_recorded_feedback_proposes_only_the_rest():
+    """Grid search visits every point once: resumed on 5 recorded trials, it proposes the 7
+    other points of the 12 and stops; a grid that forgot what was recorded starts over."""
+    first = _sweep(algorithms.make("grid", FEEDBACK_SPEC, seed=1, trials=12), 5)
+    again = _resumed("grid", first, 12)
+    rest = [json.dumps(again.propose().to_json()) for _ in range(7)]
+    with pytest.raises(StopIteration):
+        again.propose()
+    assert len(set(first + rest)) == 12, (first, rest)
+    straight = _sweep(algorithms.make("grid", FEEDBACK_SPEC, seed=1, trials=12), 12)
+    assert first + rest == straight  # in order, as one uninterrupted grid
+
+
+def test_random_search_given_recorded_feedback_draws_what_follows_it():
+    """Seeded random search, resumed on 5 recorded trials, goes on with the draws that follow
+    them (as the uninterrupted sweep does) instead of drawing the recorded ones again."""
+    straight = _sweep(algorithms.make("random", FEEDBACK_SPEC, seed=1, trials=10), 10)
+    again = _resumed("random", straight[:5], 10)
+    rest = [json.dumps(again.propose().to_json()) for _ in range(5)]
+    assert rest == straight[5:]
+    assert rest != straight[:5]
+
+
+def test_evolution_given_feedback_breeds_from_the_best_recorded_choices():
+    """Regularized evolution draws its first population (10 of a budget of 40) at random, then
+    mutates tournament winners: with the same seed, sweeps whose rewards favour different
+    learning rates share the first population, then each proposes its own best most often, and
+    far more often than the other sweep does. An evolution deaf to its rewards would make the
+    same proposals in both; one that cannot read the recorded DNA back fails to mutate it."""
+    rates = {}
+    for best in (0.1, 0.0001):
+        recorded = _sweep(algorithms.make("evolution", FEEDBACK_SPEC, seed=1, trials=40), 40,
+                          best_lr=best)
+        rates[best] = [pg.materialize(FEEDBACK_SPACE,
+                                      algorithms.dna_of(json.loads(text), FEEDBACK_SPEC)).LR
+                       for text in recorded]
+    assert rates[0.1][:10] == rates[0.0001][:10]
+    for best, other in ((0.1, 0.0001), (0.0001, 0.1)):
+        bred = rates[best][10:]  # each rate is a quarter of them where rewards are ignored
+        assert bred.count(best) == max(bred.count(lr) for lr in set(bred)), (best, bred)
+        assert bred.count(best) > 2 * rates[other][10:].count(best), (best, rates)
 
 
 def _trial_record(sweep_dir: Path, trial: Trial, curve: list[tuple[int, float]]) -> None:
