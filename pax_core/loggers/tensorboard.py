@@ -5,7 +5,8 @@ directory (``train``, ``eval_<name>``), so TensorBoard draws train and eval curv
 metric name on one chart, told apart by run.
 
 The events are written and flushed in the calling thread, at each summary (a few lines every
-``summary_interval_steps``), through tensorboardX's ``EventsWriter``, rather than by its
+``summary_interval_steps``; in a bucket, where a flush uploads the file again, every
+``REMOTE_FLUSH_SEC`` at most), through tensorboardX's ``EventsWriter``, rather than by its
 ``SummaryWriter``, which hands them to a writer thread through a bounded queue: when storage
 fails (a full disk) that thread dies, and the run would block for ever on the queue, or at exit
 on the queue's feeder thread. Here the failure is an ``OSError`` where the metrics are written,
@@ -24,7 +25,10 @@ from tensorboardX.event_file_writer import EventsWriter
 from tensorboardX.proto.event_pb2 import Event, SessionLog
 from tensorboardX.record_writer import directory_check
 
+from pax_core.files import is_remote
 from pax_core.loggers.base import Logger
+
+REMOTE_FLUSH_SEC = 30.0
 
 
 def _escape(value: Any) -> str:
@@ -44,6 +48,7 @@ class TensorBoardLogger(Logger):
     def __init__(self, job_dir: str):
         super().__init__(job_dir)
         self._writers: dict[str, EventsWriter] = {}
+        self._flushed: dict[str, float] = {}
         self._purge_step: int | None = None
 
     def _writer(self, kind: str) -> EventsWriter:
@@ -75,7 +80,11 @@ class TensorBoardLogger(Logger):
         writer, now = self._writer(kind), time.time()
         for one in summaries:
             writer.write_event(Event(wall_time=now, step=step, summary=one))
-        writer.flush()
+        # In a bucket a flush uploads the whole file again: there, at most every
+        # REMOTE_FLUSH_SEC (and at close).
+        if not is_remote(self.job_dir) or now - self._flushed.get(kind, 0.0) >= REMOTE_FLUSH_SEC:
+            writer.flush()
+            self._flushed[kind] = now
 
     def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
         self._write(kind, step, [summary.scalar(name, float(value))
