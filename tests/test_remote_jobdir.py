@@ -168,7 +168,7 @@ def _flip_a_byte(job: str, step: int) -> str:
     return name
 
 
-def test_a_damaged_gs_checkpoint_is_named_set_aside_and_the_one_before_restored(gcs):
+def test_a_damaged_gs_checkpoint_is_named_passed_over_and_set_aside_by_a_resume(gcs):
     job = f"{gcs}/jobs/damaged"
     first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
     assert first.returncode == 0, first.stderr
@@ -177,12 +177,15 @@ def test_a_damaged_gs_checkpoint_is_named_set_aside_and_the_one_before_restored(
     assert stopped.returncode == 2, stopped.stderr
     assert "checkpoint step 20" in stopped.stderr and "is damaged" in stopped.stderr
     assert f"{name} does not match its checksum" in stopped.stderr
-    evaluated = run_pax("eval", "--job-dir", job, "--json")
+    evaluated = run_pax("eval", "--job-dir", job, "--json")  # a reader: it moves nothing
     assert evaluated.returncode == 0, evaluated.stderr
     assert json.loads(evaluated.stdout)["step"] == 10
-    assert f"moved to {job}/damaged_checkpoints/20-" in evaluated.stderr
+    assert "passing over checkpoint step 20" in evaluated.stderr
+    assert job_path(f"{job}/checkpoints/20/commit_success.txt").exists()
+    resumed = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"moved to {job}/damaged_checkpoints/20-" in resumed.stderr
     assert any(o.startswith("damaged_checkpoints/20-") for o in _objects(job))
-    assert not job_path(f"{job}/checkpoints/20").exists()
 
 
 def test_a_gs_run_restarts_from_a_chosen_step(gcs):
