@@ -104,8 +104,9 @@ def test_a_step_without_its_record_is_not_trusted_when_an_earlier_one_has_one(jo
     (step / "pax_checksums.json").unlink()
     (step / "input" / "metadata").write_text('{"index": 7}')
     result = _train(job, 40)
-    _assert_resumed_from(result, 20, damaged=30)
-    assert "no checksum record" in result.stderr
+    assert result.returncode == 0, result.stderr
+    assert "checkpoint step 30 cannot be verified (it has no checksum record" in result.stderr
+    assert "resuming from step 20 of" in result.stdout
 
 
 def test_a_step_without_a_record_that_does_not_restore_falls_back(job):

@@ -127,11 +127,9 @@ def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
                      r"step (\d+) itself is complete \(what failed came after it\)", error)
     intact = int(kept[1] or kept[2])
     assert f"resuming from step {intact} of" in resumed, resumed
-    # Only a step the failure left without its checksum record, newer than the intact one,
-    # may be set aside (it cannot be verified).
-    for damaged in re.findall(r"checkpoint step (\d+) is damaged \((.*?)\);",
-                              (tmp_path / "resumed.err").read_text()):
-        assert int(damaged[0]) > intact and "no checksum record" in damaged[1], damaged
+    # A step the failure left without its checksum record, newer than the intact one, may be
+    # set aside as one that cannot be verified; none is damaged.
+    assert "is damaged" not in (tmp_path / "resumed.err").read_text()
 
 
 # Between saves, with a summary every step: the metrics (metrics.jsonl, TensorBoard's events)

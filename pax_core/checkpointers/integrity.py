@@ -29,6 +29,11 @@ class DamagedCheckpoint(Exception):
     """A committed step whose files do not match what was written, or do not restore."""
 
 
+class UnverifiedCheckpoint(DamagedCheckpoint):
+    """A committed step without its checksum record while an earlier step has one: not known
+    to be damaged, but not to be trusted over one that can be verified."""
+
+
 def _size_and_crc32(path: Any) -> tuple[int, int]:
     size = crc = 0
     with path.open("rb") as f:
@@ -61,10 +66,9 @@ def verify(step_dir: str | os.PathLike, earlier_verified: int | None = None) -> 
     path = step_dir / RECORD
     if not path.exists():
         if earlier_verified is not None:
-            raise DamagedCheckpoint(f"it has no checksum record ({RECORD}), so it cannot be "
-                                    f"verified, and step {earlier_verified} can: its run "
-                                    f"stopped, or is still running, between the step's commit "
-                                    f"and the record")
+            raise UnverifiedCheckpoint(f"it has no checksum record ({RECORD}), and step "
+                                       f"{earlier_verified} has: its run stopped, or is still "
+                                       f"running, between the step's commit and the record")
         return
     try:
         expected = json.loads(path.read_text())

@@ -15,7 +15,7 @@ import jax.extend
 import numpy as np
 
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved
-from pax_core.checkpointers.integrity import DamagedCheckpoint
+from pax_core.checkpointers.integrity import DamagedCheckpoint, UnverifiedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
 from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
@@ -168,7 +168,7 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
 def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
                     chosen: int | None) -> tuple[TrainState, int]:
     stop = chosen is not None or run.task.train.on_damaged_checkpoint == "stop"
-    damaged: list[tuple[int, str]] = []
+    damaged: list[tuple[int, DamagedCheckpoint]] = []
     try:
         steps = checkpointer.all_steps()
         if chosen is not None and chosen not in steps:
@@ -187,7 +187,7 @@ def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
                                    "task.train.on_damaged_checkpoint='fallback'")
                     raise UsageError(f"checkpoint step {step} in {checkpointer.directory} is "
                                      f"damaged: {e}; {remedy}") from None
-                damaged.append((step, str(e)))
+                damaged.append((step, e))
                 continue
             _set_aside_damaged(checkpointer, damaged, step)
             return state, step
@@ -203,21 +203,23 @@ def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
     return run.init_state(), 0
 
 
-def _set_aside_damaged(checkpointer: Checkpointer, damaged: list[tuple[int, str]],
+def _set_aside_damaged(checkpointer: Checkpointer, damaged: list[tuple[int, DamagedCheckpoint]],
                        restored: int) -> None:
-    """Move the damaged steps newer than the ``restored`` one out of the way of the run's
-    later saves, one warning each; a reader (read-only) only says which it passed over."""
+    """Move the damaged (or unverifiable) steps newer than the ``restored`` one out of the way
+    of the run's later saves, one warning each; a reader (read-only) only says which it passed
+    over."""
     for step, why in damaged:
+        state = "cannot be verified" if isinstance(why, UnverifiedCheckpoint) else "is damaged"
         if checkpointer.settings.read_only:
             warn(f"passing over checkpoint step {step} ({why}); using step {restored} (left "
                  f"in place: pax train sets a damaged step aside when it resumes)")
             continue
         where = checkpointer.set_aside(step)
         if where is None:
-            raise UsageError(f"checkpoint step {step} in {checkpointer.directory} is damaged: "
+            raise UsageError(f"checkpoint step {step} in {checkpointer.directory} {state}: "
                              f"{why}; this checkpointer cannot set it aside: move it away to "
                              f"resume from step {restored}")
-        warn(f"checkpoint step {step} is damaged ({why}); moved to {where}, resuming from "
+        warn(f"checkpoint step {step} {state} ({why}); moved to {where}, resuming from "
              f"step {restored}")
 
 
