@@ -12,12 +12,14 @@ import pytest
 from pax_core.testing import fault_trials, kill_and_compare
 from pax_core.testing.faults import _kill_runs
 
-STEPS = 400
+TRIALS = fault_trials(4, 50)  # per mesh: CI's seeded sample of 8, a soak's 100
+# Each trial trains for up to a second or so (a soak's 50 have reached step 324): the job must
+# outlast its trials, or the last ones find it finished and the kill times are too late.
+STEPS = fault_trials(400, 1000)
 ARGS = ["--exp", "MlpSynthetic", "--set", f"NUM_TRAIN_STEPS={STEPS}",
         "--set", "task.train.save_interval_steps=1", "--set", "task.train.save_max_to_keep=2",
         "--set", "task.train.summary_interval_steps=1",
         "--set", "task.train.eval_interval_steps=100"]
-TRIALS = fault_trials(4, 50)  # per mesh: CI's seeded sample of 8, a soak's 100
 
 
 @pytest.mark.slow

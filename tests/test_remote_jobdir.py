@@ -138,11 +138,12 @@ def test_a_gs_job_trains_resumes_bitwise_and_evaluates(gcs, tmp_path):
 
 
 def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
-    args = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=30",
+    trials = fault_trials(3, 20)
+    # Enough steps to outlast the trials (a soak's 20 have reached step 28).
+    args = ["--exp", "MlpSynthetic", "--set", f"NUM_TRAIN_STEPS={fault_trials(30, 80)}",
             "--set", "task.train.save_interval_steps=1",
             "--set", "task.train.summary_interval_steps=1",
             "--set", "task.train.eval_interval_steps=1000"]
-    trials = fault_trials(3, 20)
     killed = kill_trials(args, f"{gcs}/jobs/killed", trials=trials, seed=3)
     print(f"gs:// kill -9: {killed.killed} runs killed mid-run ({killed.redrawn} more ended "
           f"before their kill and were redrawn), resumed from {killed.resumed}, "
