@@ -85,30 +85,38 @@ def _one_error_line(err: str) -> str:
     return errors[0]
 
 
-@needs_mounts
-@pytest.mark.serial  # it times how soon the run stops, which a loaded machine delays
-@pytest.mark.parametrize("fault", sorted(FAULTS))
-def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
+def _fail_under_a_run(tmp_path: Path, settings: str, at_step: int, fault: str
+                      ) -> tuple[int, float, str]:
+    """Train (``TRAIN`` and ``settings``) until step ``at_step`` is logged, run ``fault``, and
+    time how long the run takes to end (it is killed after ``STOP_SEC``); then run the same
+    command to one step past its newest checkpoint (``OUT/last``, ``OUT/resumed.*``). Returns
+    the status, the seconds and the one error line."""
     _in_namespace(tmp_path, f"""\
-        PAX_STRICT_PLUGINS=1 $PAX train {TRAIN} --set NUM_TRAIN_STEPS=1000000 --job-dir $JOB \\
-            > $OUT/out 2> $OUT/err & RUN=$!
-        until grep -qs '"step": 20, "kind": "train"' $JOB/metrics.jsonl; do
+        PAX_STRICT_PLUGINS=1 $PAX train {TRAIN} {settings} --set NUM_TRAIN_STEPS=1000000 \\
+            --job-dir $JOB > $OUT/out 2> $OUT/err & RUN=$!
+        until grep -qs '"step": {at_step}, "kind": "train"' $JOB/metrics.jsonl; do
           kill -0 $RUN 2>/dev/null || break; sleep 0.1
         done
-        {FAULTS[fault]}
+        {fault}
         START=$(date +%s.%N)
         ( sleep {STOP_SEC}; kill -9 $RUN 2>/dev/null ) & WATCH=$!
         wait $RUN; echo $? > $OUT/status; kill $WATCH 2>/dev/null
         echo "$(date +%s.%N) - $START" | bc > $OUT/seconds
         rm -f $DISK/filler; umount $JOB/checkpoints 2>/dev/null
-        ls $JOB/checkpoints > $OUT/steps 2>/dev/null
-        LAST=$(grep -E '^[0-9]+$' $OUT/steps | sort -n | tail -1)
+        LAST=$(ls $JOB/checkpoints 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
+        echo ${{LAST:-0}} > $OUT/last
         $PAX train {TRAIN} --set NUM_TRAIN_STEPS=$(( ${{LAST:-0}} + 5 )) --job-dir $JOB \\
             > $OUT/resumed.out 2> $OUT/resumed.err; echo $? > $OUT/resumed.status
         """)
-    status = int((tmp_path / "status").read_text())
-    seconds = float((tmp_path / "seconds").read_text())
-    error = _one_error_line((tmp_path / "err").read_text())
+    return (int((tmp_path / "status").read_text()), float((tmp_path / "seconds").read_text()),
+            _one_error_line((tmp_path / "err").read_text()))
+
+
+@needs_mounts
+@pytest.mark.serial  # it times how soon the run stops, which a loaded machine delays
+@pytest.mark.parametrize("fault", sorted(FAULTS))
+def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
+    status, seconds, error = _fail_under_a_run(tmp_path, "", 20, FAULTS[fault])
     assert status == 1, error
     assert seconds < 30, seconds
     cause = {"the disk fills": "No space left on device",
@@ -147,27 +155,8 @@ BETWEEN_SAVES = {
 @pytest.mark.parametrize("fault", sorted(BETWEEN_SAVES))
 def test_a_storage_failure_between_saves_stops_the_run_with_one_line(tmp_path, fault):
     command, cause = BETWEEN_SAVES[fault]
-    _in_namespace(tmp_path, f"""\
-        PAX_STRICT_PLUGINS=1 $PAX train {TRAIN} --set task.train.save_interval_steps=20 \\
-            --set task.train.summary_interval_steps=1 --set NUM_TRAIN_STEPS=1000000 \\
-            --job-dir $JOB > $OUT/out 2> $OUT/err & RUN=$!
-        until grep -qs '"step": 30, "kind": "train"' $JOB/metrics.jsonl; do
-          kill -0 $RUN 2>/dev/null || break; sleep 0.1
-        done
-        {command}
-        START=$(date +%s.%N)
-        ( sleep {STOP_SEC}; kill -9 $RUN 2>/dev/null ) & WATCH=$!
-        wait $RUN; echo $? > $OUT/status; kill $WATCH 2>/dev/null
-        echo "$(date +%s.%N) - $START" | bc > $OUT/seconds
-        rm -f $DISK/filler
-        LAST=$(ls $JOB/checkpoints 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
-        echo ${{LAST:-0}} > $OUT/last
-        $PAX train {TRAIN} --set NUM_TRAIN_STEPS=$(( ${{LAST:-0}} + 5 )) --job-dir $JOB \\
-            > $OUT/resumed.out 2> $OUT/resumed.err; echo $? > $OUT/resumed.status
-        """)
-    status = int((tmp_path / "status").read_text())
-    seconds = float((tmp_path / "seconds").read_text())
-    error = _one_error_line((tmp_path / "err").read_text())
+    settings = "--set task.train.save_interval_steps=20 --set task.train.summary_interval_steps=1"
+    status, seconds, error = _fail_under_a_run(tmp_path, settings, 30, command)
     assert status == 1, error
     assert seconds < 30, seconds
     assert f"({cause})" in error and "run the same command" in error, error
