@@ -127,19 +127,13 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                              f"num_train_steps {total}; raise NUM_TRAIN_STEPS (or "
                              f"task.train.num_train_steps) or use another --job-dir "
                              f"(nothing was changed)")
-        if step and step == total and restore_step is None:
-            if primary:
-                print(f"{run.resolved.name}: trained to step {total} in an earlier run; nothing "
-                      f"to train (raise NUM_TRAIN_STEPS to train on; pax eval evaluates it)")
-            return "completed", step, 0
         if restore_step is not None:
             _roll_back(checkpointer, restore_step)
-        reached = jd.target_reached(run.task.train.early_stopping, step)
-        if reached:
+        done = _done_before(run, jd, step, restored_to=restore_step)
+        if done:  # nothing recorded, nothing trained
             if primary:
-                print(f"{run.resolved.name}: reached its target at step {step} ({reached}) in an "
-                      f"earlier run; nothing to train (change task.train.early_stopping, or "
-                      f"remove {jd.target_file}, to train on)")
+                print(f"{run.resolved.name}: {done}")
+            checkpointer.close()
             return "completed", step, 0
         config_text = _config_text(run.resolved, host)
         if primary:
@@ -173,6 +167,21 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
         raise
     checkpointer.close()
     return status, step, loop.stop_signal
+
+
+def _done_before(run: Run, jd: JobDir, step: int, restored_to: int | None) -> str | None:
+    """Why an earlier run left nothing to train (it trained to the last step, or reached its
+    early-stopping target), or None."""
+    total = run.task.train.num_train_steps
+    if step and step == total and restored_to is None:
+        return (f"trained to step {total} in an earlier run; nothing to train (raise "
+                f"NUM_TRAIN_STEPS to train on; pax eval evaluates it)")
+    reached = jd.target_reached(run.task.train.early_stopping, step)
+    if reached:
+        return (f"reached its target at step {step} ({reached}) in an earlier run; nothing to "
+                f"train (change task.train.early_stopping, or remove {jd.target_file}, to train "
+                f"on)")
+    return None
 
 
 def _roll_back(checkpointer: Checkpointer, step: int) -> None:
