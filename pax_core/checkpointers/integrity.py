@@ -60,11 +60,13 @@ def has_record(step_dir: str | os.PathLike) -> bool:
 
 def verify(step_dir: str | os.PathLike, earlier_verified: int | None = None) -> None:
     """Compare a step with its record; raises ``DamagedCheckpoint`` naming the first file that
-    differs. A step without a record passes, unless ``earlier_verified`` names an earlier step
-    that has one."""
+    differs. A step without a record passes, unless its folder is empty or ``earlier_verified``
+    names an earlier step that has one."""
     step_dir = job_path(step_dir)
     path = step_dir / RECORD
     if not path.exists():
+        if step_dir.is_dir() and not any(step_dir.iterdir()):
+            raise DamagedCheckpoint("its folder is empty")
         if earlier_verified is not None:
             raise UnverifiedCheckpoint(f"it has no checksum record ({RECORD}), and step "
                                        f"{earlier_verified} has: its run stopped, or is still "

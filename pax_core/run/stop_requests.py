@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import threading
 from types import FrameType
 
@@ -48,7 +49,13 @@ def _request(signum: int, frame: FrameType | None) -> None:
 def catch() -> None:
     """Handle SIGINT and SIGTERM as stop requests from now on, also where the process was
     started with SIGINT ignored (a background job of a script): a request sent to ``pax`` is
-    meant for it."""
+    meant for it.
+
+    Not in a process that ``multiprocessing`` started by importing the ``pax`` script again (a
+    worker of ``pax data prepare``): its parent stops it, with SIGTERM's default action, even
+    while the worker is blocked in a C library's write, where no Python handler would run."""
+    if "__mp_main__" in sys.modules:
+        return
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, _request)
 

@@ -63,7 +63,7 @@ def test_a_resumed_run_continues_from_its_checkpoint(trained_job):
     steps = [r["step"] for r in read_metrics(trained_job) if r["kind"] == "train"]
     assert steps[-1] == 35 and steps.count(30) == 1
     host = isolated_host(("seqio", importlib.import_module("pax_seqio.plugin")))
-    run, _, step = restore_latest(host, exp=None, plugin=None, set_items=[],
+    run, _, step = restore_latest(host, exp=EXP[1], plugin=None, set_items=[],
                                   job_dir=str(trained_job))
     assert step == 35
     state = run.train_input.get_state()
