@@ -156,6 +156,28 @@ def ray(session: nox.Session) -> None:
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 
+# torch for CPU, from a local wheel folder where the machine keeps one (PyPI's Linux wheel of
+# torch pulls the CUDA libraries, gigabytes a CPU test does not use).
+TORCH_WHEELS = os.environ.get("PAX_TORCH_WHEELS", "/opt/wheels")
+HF_TEST_REQUIREMENTS = ("torch>=2.4,<3", "transformers>=4.56,<6", "sentencepiece>=0.2,<0.3")
+
+
+@nox.session
+def hf(session: nox.Session) -> None:
+    """Hugging Face interchange against transformers itself: tiny random models of every open
+    family built and saved by transformers, imported (`pax import hf`), their logits and greedy
+    tokens compared, exported (`pax export --format hf`) and loaded by `from_pretrained`.
+    torch and transformers are installed here alone: no package of the repository depends on
+    them."""
+    links = ["--find-links", TORCH_WHEELS] if os.path.isdir(TORCH_WHEELS) else []
+    session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
+                    "-e", "pax_lm[corpus]", *HF_TEST_REQUIREMENTS)
+    _pip_check(session)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "-n", "auto",
+                "--dist", "loadfile", "pax_lm/tests_hf", *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
 # The repository's tiny plugin, whose experiments some sessions' tests sweep or train.
 TEST_PLUGIN = "tests/plugins/pax_testplugin"
 # What pax-sweep brings that pax-core alone must not.

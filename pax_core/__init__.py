@@ -21,7 +21,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.12.0"
+API_VERSION = "1.13.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -61,6 +61,9 @@ _EXPORTS: dict[str, str] = {
     "Logger": "pax_core.loggers.base",
     "Checkpointer": "pax_core.checkpointers.base",
     "CheckpointSettings": "pax_core.checkpointers.base",
+    "Weights": "pax_core.checkpointers.base",
+    "WeightFormat": "pax_core.models.weight_format",
+    "SourceModel": "pax_core.models.weight_format",
     "DamagedCheckpoint": "pax_core.checkpointers.integrity",
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",
@@ -112,10 +115,7 @@ _EXPORTS: dict[str, str] = {
 # Old name -> (new name, the API version that removes the old one).
 _DEPRECATED: dict[str, tuple[str, str]] = {}
 # A name moved to a plugin package -> (that package, the API version that removes it here).
-_MOVED: dict[str, tuple[str, str]] = {
-    "SearchSpace": ("pax_sweep", "1.13"),
-    "TrialRunner": ("pax_sweep", "1.13"),
-}
+_MOVED: dict[str, tuple[str, str]] = {}
 
 __all__ = sorted(["API_VERSION", "__version__", *_EXPORTS])
 

@@ -35,6 +35,16 @@ class CheckpointSettings:
     read_only: bool = False
 
 
+@dataclasses.dataclass
+class Weights:
+    """What a weights-only step holds (written by ``pax import``): a model's parameters and
+    its state, without optimizer state, step or RNG key. A run restoring one starts its
+    optimizer afresh on them, at step 0."""
+
+    params: Any
+    model_state: Any = dataclasses.field(default_factory=dict)
+
+
 class StepRemoved(Exception):
     """A step that disappeared while it was being read: a reader of a job that is still
     training, whose checkpointer dropped the step (``max_to_keep``). The reader lists the steps
@@ -81,7 +91,11 @@ class Checkpointer(abc.ABC):
         """Restore ``step`` onto the shardings of ``abstract_state`` (``ShapeDtypeStruct``s with
         ``sharding``), which may differ from those it was saved with. Parameters whose shapes
         differ from the checkpoint's are a ``UsageError`` naming the first one; a step whose
-        files are damaged or do not read is a ``DamagedCheckpoint`` saying what is wrong."""
+        files are damaged or do not read is a ``DamagedCheckpoint`` saying what is wrong.
+
+        A step saved from ``Weights`` (``save(step, Weights(...), {})``) restores as
+        ``Weights``, with no input position; a checkpointer that cannot save them raises
+        ``UsageError`` in ``save``."""
 
     def check(self) -> None:
         """Raise the failure of a background save that has ended, without waiting for one still

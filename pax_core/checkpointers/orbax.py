@@ -24,6 +24,7 @@ from pax_core.checkpointers.base import (
     Checkpointer,
     CheckpointSettings,
     StepRemoved,
+    Weights,
     check_params_match,
 )
 from pax_core.checkpointers.integrity import DamagedCheckpoint
@@ -185,6 +186,9 @@ class OrbaxCheckpointer(Checkpointer):
             raise self._failed(f"checkpoint step {step}", step, gone) from None
         if step in self._manager.all_steps():
             return False
+        if isinstance(state, Weights):  # no empty collection: Orbax restores none
+            state = {"params": state.params,
+                     **({"model_state": state.model_state} if state.model_state else {})}
         args = self._ocp.args.Composite(
             state=self._ocp.args.StandardSave(state),
             input=self._ocp.args.JsonSave(input_state),
@@ -232,14 +236,18 @@ class OrbaxCheckpointer(Checkpointer):
         except Exception as e:
             raise DamagedCheckpoint(f"its metadata does not read ({first_line(e, 300)})") from e
         check_params_match(step, saved["params"], abstract_state.params)
+        weights_only = "opt_state" not in saved
+        target = (_weights_tree(saved, abstract_state) if weights_only else abstract_state)
         args = self._ocp.args.Composite(
-            state=self._ocp.args.StandardRestore(abstract_state),
+            state=self._ocp.args.StandardRestore(target),
             input=self._ocp.args.JsonRestore(),
         )
         try:
             restored = self._manager.restore(step, args=args)
         except Exception as e:
             raise DamagedCheckpoint(f"it does not restore ({first_line(e, 300)})") from e
+        if weights_only:
+            return Weights(restored.state["params"], restored.state.get("model_state", {})), None
         return restored.state, restored.input
 
     def check(self) -> None:
@@ -255,3 +263,12 @@ class OrbaxCheckpointer(Checkpointer):
     def close(self) -> None:
         self.wait()
         self._manager.close()
+
+
+def _weights_tree(saved: Any, abstract_state: Any) -> dict[str, Any]:
+    """What a weights-only step is restored onto: the parameters, and the model state if the
+    step holds one (Orbax keeps no empty collection)."""
+    tree = {"params": abstract_state.params}
+    if saved.get("model_state"):
+        tree["model_state"] = abstract_state.model_state
+    return tree

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -104,8 +105,8 @@ def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
 
 def train_command(
     ctx: typer.Context,
-    exp: ExpOpt,
     job_dir: JobDirOpt,
+    exp: RecordedExpOpt = None,
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
     platform: PlatformOpt = None,
@@ -129,6 +130,11 @@ def train_command(
         "--fdl-config-file", metavar="FILE",
         help="Train this Fiddle JSON config (a job's config.json) in place of the experiment's "
         "task and datasets; the experiment still gives the mesh and components.")] = None,
+    init_from: Annotated[str | None, typer.Option(
+        "--init-from", metavar="SOURCE",
+        help="Start a new job's weights from a job directory, a pax export folder or a "
+        "weight format's folder (a Hugging Face one); task.train.init_from_rules map the "
+        "names. A resumed job continues from its own checkpoints.")] = None,
     coordinator_address: AddressOpt = None,
     num_processes: NumProcessesOpt = None,
     process_id: ProcessIdOpt = None,
@@ -140,7 +146,11 @@ def train_command(
 
     window = parse_steps(profile_steps) if profile_steps is not None else None
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
-    commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items or [],
+    set_items = list(set_items or [])
+    if init_from is not None:  # a path as the job records it: from anywhere, the same folder
+        where = init_from if "://" in init_from else str(Path(init_from).expanduser().resolve())
+        set_items.append(f"task.train.init_from={where!r}")
+    commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items,
                    job_dir=job_dir, platform=platform, distributed=distributed,
                    peak_tflops=peak_tflops, profile_steps=window, restore_step=restore_step,
                    evaluate=eval_on_test, config_file=config_file)
@@ -195,6 +205,10 @@ def export_command(
     restore_step: RestoreStepOpt = None,
     platform: PlatformOpt = None,
     as_json: JsonOpt = False,
+    format_name: Annotated[str | None, typer.Option(
+        "--format", "-f", metavar="FORMAT",
+        help="Write the weights in a registered weight format's layout (hf: a Hugging Face "
+        "folder, from pax-lm) instead of an Orbax checkpoint.")] = None,
 ) -> None:
     """Write the parameters of a job's latest checkpoint (or --restore-checkpoint-step), without
     optimizer state, to a new directory: for serving, or for another framework."""
@@ -206,11 +220,43 @@ def export_command(
 
     record = export.export_params(_host(ctx), job_dir=job_dir, output=output, exp=exp,
                                   plugin=plugin, set_items=set_items or [], step=restore_step,
-                                  platform=platform)
+                                  platform=platform, format_name=format_name)
     if jax.process_index() == 0:
         typer.echo(json.dumps(record, indent=1) if as_json else
                    f"exported step {record['step']} of {record['experiment']} "
                    f"({record['num_params']} parameters) to {output}")
+
+
+def import_command(
+    ctx: typer.Context,
+    format_name: Annotated[str, typer.Argument(
+        metavar="FORMAT", help="A registered weight format (hf: a Hugging Face folder, from "
+        "pax-lm).")],
+    source: Annotated[str, typer.Argument(
+        metavar="SOURCE", help="The folder (or file) to import.")],
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="JOB_DIR", callback=checked_directory,
+        help="A new job directory.")],
+    exp: Annotated[str | None, typer.Option(
+        "--exp", "-e", metavar="EXPERIMENT",
+        help="The experiment the weights belong to, for a format whose files do not say.")]
+    = None,
+    set_items: SetOpt = None,
+    platform: PlatformOpt = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Import another framework's model as a new job directory: its configuration, its
+    weights as step 0 and its tokenizer, ready for pax train, eval and decode."""
+    import json
+
+    from pax_core.commands import import_weights
+
+    record = import_weights.import_job(_host(ctx), format_name=format_name, source=source,
+                                       output=output, exp=exp, set_items=set_items or [],
+                                       platform=platform)
+    typer.echo(json.dumps(record, indent=1) if as_json else
+               f"imported {record['description']} ({record['num_params']:,} parameters) as "
+               f"{record['experiment']} into {record['job_dir']}")
 
 
 def plan_command(
@@ -322,10 +368,12 @@ def build_app(host: PluginHost) -> typer.Typer:
     app.command("train")(train_command)
     app.command("eval")(eval_command)
     app.command("export")(export_command)
+    app.command("import")(import_command)
     app.command("plan")(plan_command)
     # Everything after the first word of COMMAND is the command's own, options included.
     app.command("launch", context_settings={"allow_interspersed_args": False})(launch_command)
-    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "plan", "launch"}
+    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "import", "plan",
+               "launch"}
     commands = host.components("commands")
     conflicts = commands.conflicts()
     for entry in commands:

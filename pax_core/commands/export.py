@@ -5,10 +5,12 @@ optimizer state, no input position; the moving average when the job evaluates it
 ``task.train.eval_use_ema_states``), ``model_state/`` beside it for a model that keeps one
 (batch norm's moving statistics, without which it cannot be served), ``config.json`` (the
 job's Fiddle config) and ``export.json`` (the experiment, the step, the parameter count and
-where they came from). It is written beside its destination (``DIR.partial``) and renamed into
-place, so the destination only ever appears complete; an existing one is never overwritten.
-An export removes only what it made itself: a ``DIR.partial`` that is already there may be
-another export's, still running, so the export is refused, naming it (a leftover of an
+where they came from). With ``--format NAME`` a registered weight format
+(``pax_core.models.weight_format``: ``hf`` from pax-lm) writes the folder in its own layout
+instead, beside ``export.json``. It is written beside its destination (``DIR.partial``) and
+renamed into place, so the destination only ever appears complete; an existing one is never
+overwritten. An export removes only what it made itself: a ``DIR.partial`` that is already
+there may be another export's, still running, so the export is refused, naming it (a leftover of an
 interrupted export is the user's to remove).
 """
 
@@ -16,20 +18,27 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from pax_core.commands.jobs import restore_latest
 from pax_core.errors import RunError, UsageError
 from pax_core.files import is_remote, job_path, storage_failure, write_atomic
+from pax_core.models.weight_format import ParamPath
+from pax_core.run.build import weight_format
 from pax_core.run.state import count_params
 
 
 def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = None,
                   plugin: str | None = None, set_items: list[str] | None = None,
-                  step: int | None = None, platform: str | None = None) -> dict[str, Any]:
+                  step: int | None = None, platform: str | None = None,
+                  format_name: str | None = None) -> dict[str, Any]:
     """Write the parameters of ``job_dir``'s latest checkpoint (or ``step``) to ``output``;
-    returns what ``export.json`` records."""
+    returns what ``export.json`` records. With ``format_name`` a registered weight format
+    writes them in its layout instead (``pax export --format hf``)."""
     import jax
     import orbax.checkpoint as ocp
 
@@ -43,12 +52,16 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     partial = target.with_name(target.name + ".partial")
     if partial.exists():  # told before the job is restored; made below only if still absent
         raise _partial_exists(target, partial)
+    fmt = weight_format(host, format_name) if format_name else None
+    if fmt is not None and jax.process_count() > 1:
+        raise UsageError(f"pax export --format {format_name} runs in one process; export on one "
+                         f"host (its devices may be any number)")
     run, state, restored = restore_latest(host, exp=exp, plugin=plugin, set_items=set_items or [],
                                           job_dir=job_dir, platform=platform, step=step)
     params = run.eval_params(state)
     record = {"experiment": run.resolved.name, "step": restored,
               "num_params": count_params(params), "ema": run.task.train.eval_use_ema_states,
-              "job_dir": str(job_path(job_dir))}
+              "job_dir": str(job_path(job_dir)), "format": format_name or "orbax"}
     try:
         partial.mkdir(parents=True)  # fails if it exists: then it is not this export's
     except FileExistsError:
@@ -57,12 +70,16 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
         raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
                          f"directory (nothing was changed)") from None
     try:
-        with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.save(partial / "params", params)
-            if state.model_state:
-                checkpointer.save(partial / "model_state", state.model_state)
+        if fmt is not None:
+            fmt.write(partial, run.task.model, _fetcher(params), run.job.datasets)
+        else:
+            with ocp.StandardCheckpointer() as checkpointer:
+                checkpointer.save(partial / "params", params)
+                if state.model_state:
+                    checkpointer.save(partial / "model_state", state.model_state)
         if jax.process_index() == 0:
-            write_atomic(partial / "config.json", run.resolved.to_json())
+            if fmt is None:  # a format's folder has its own config.json
+                write_atomic(partial / "config.json", run.resolved.to_json())
             write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")
             if target.exists():
                 target.rmdir()  # empty, checked above
@@ -75,6 +92,23 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
         raise RunError(f"--output {target} could not be written ({found[0]}): {found[1]}, then "
                        f"export again (the job is as it was)") from e
     return record
+
+
+def _fetcher(params: Any) -> Callable[[ParamPath], np.ndarray]:
+    """One parameter at a time from the devices, by key path, as a host array."""
+    import jax
+    from jax.experimental import multihost_utils
+
+    leaves = {tuple(str(getattr(k, "key", k)) for k in path): leaf
+              for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+
+    def fetch(path: ParamPath) -> np.ndarray:
+        leaf = leaves[tuple(path)]
+        if not leaf.is_fully_addressable:
+            return np.asarray(multihost_utils.process_allgather(leaf, tiled=True))
+        return np.asarray(leaf)
+
+    return fetch
 
 
 def _partial_exists(target: Path, partial: Path) -> UsageError:

@@ -30,9 +30,12 @@ from pax_core.run.logfile import library_logs
 from pax_core.run.loop import TrainLoop, TrainLoopOptions
 from pax_core.run.runtime import start_runtime
 from pax_core.run.state import TrainState
+from pax_core.run.warm_start import warm_start
 
 
-def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
+def config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
+    """The config as the job records it (``config.txt``): a header naming the experiment, its
+    overrides and the software, then the config tree."""
     header = [f"# experiment: {resolved.name}"]
     header += [f"# override: {o}" for o in resolved.overrides]
     header += [f"# plugin {n}: {v}" for n, v in host.active_versions().items()]
@@ -40,16 +43,18 @@ def _config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
     return "\n".join(header) + "\n" + resolved.to_text()
 
 
-def _prepare(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
-             job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
-             config_file: str | None = None) -> Run:
+def prepare_run(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+                job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
+                config_file: str | None = None, read_data: bool = True) -> Run:
+    """The run of ``exp`` for ``job_dir``, with JAX started as the experiment wants it
+    (``read_data``: see ``build_run``)."""
     chosen = choose_experiment(host, exp, plugin, set_items)
     job_dir.check_same_experiment(chosen.name)
     # The config is made once JAX has started as the presets and processes want it, since an
     # experiment may ask JAX for its devices while it makes its config.
     runtime = start_runtime(host, platform, chosen.experiment, distributed)
     check_same_software(host)
-    run = build_run(host, configure(chosen, config_file), runtime.devices)
+    run = build_run(host, configure(chosen, config_file), runtime.devices, read_data=read_data)
     run.presets = [s.as_text() for s in runtime.settings]
     run.compilation_cache = runtime.compilation_cache
     return run
@@ -72,12 +77,15 @@ def _locked(job_dir: JobDir, primary: bool) -> Iterator[None]:
         yield
 
 
-def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str], job_dir: str,
+def train(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
+          job_dir: str,
           platform: str | None = None, distributed: DistributedOptions | None = None,
           peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None,
           restore_step: int | None = None, evaluate: bool = True,
           config_file: str | None = None) -> str:
-    """Train (or resume) ``exp`` in ``job_dir``; returns the final status.
+    """Train (or resume) ``exp`` in ``job_dir``; returns the final status. Without ``exp``
+    the job's recorded experiment, overrides (before ``set_items``) and config file are used,
+    as readers of a job do: a job ``pax import`` made trains as it is.
 
     Every process of a multi-process run calls this; only process 0 writes the record and logs.
     ``peak_tflops`` replaces the device's peak in MFU; ``profile_steps`` is a window of steps
@@ -87,9 +95,15 @@ def train(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str
     config (a job's ``config.json``) trained in place of the experiment's.
     """
     jd = JobDir(job_dir)
+    if exp is None:
+        if not jd.path.exists():
+            raise UsageError(f"--job-dir {jd.path} does not exist; pass --exp to start a job "
+                             f"there")
+        exp, set_items, recorded_file = _recorded(host, jd, set_items)
+        config_file = config_file or recorded_file
     if jd.remote:  # it makes nothing there (one object written and removed): it can go first
         jd.create()
-    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
+    run = prepare_run(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     if not jd.remote:  # a local one is made only once everything else is checked
         jd.create()
     primary = jax.process_index() == 0
@@ -121,6 +135,8 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
     try:
         loop = TrainLoop(run, checkpointer, host, options)
         state, step = restore_or_init(host, run, checkpointer, restore_step)
+        if run.task.train.init_from and not checkpointer.all_steps():
+            state = warm_start(host, run, state)  # a new job only: a resumed one has its own
         total = run.task.train.num_train_steps
         if step > total:
             raise UsageError(f"the checkpoint in {jd.checkpoints} is at step {step}, past "
@@ -135,14 +151,14 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                 print(f"{run.resolved.name}: {done}")
             checkpointer.close()
             return "completed", step, 0
-        config_text = _config_text(run.resolved, host)
+        recorded_text = config_text(run.resolved, host)
         if primary:
-            changed = jd.changed_settings(config_text) if step else []
+            changed = jd.changed_settings(recorded_text) if step else []
             if changed:
                 warn(f"resuming from step {step} with settings changed since the last run: "
                      f"{'; '.join(changed)}")
             jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
-                      config_json=run.resolved.to_json(), config_text=config_text,
+                      config_json=run.resolved.to_json(), config_text=recorded_text,
                       plugins=host.active_versions(),
                       extra={"config_file": config_file} if config_file else None)
         info = RunInfo(run.resolved.name, str(jd.path), total, step, jax.process_index(),
@@ -153,7 +169,7 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
         start = [state]
         del state
         try:
-            _, step, status = loop.run_loop(start, info, loggers, config_text)
+            _, step, status = loop.run_loop(start, info, loggers, recorded_text)
             if loop.target_reached is not None and primary:
                 jd.record_target(run.task.train.early_stopping, *loop.target_reached)
                 print(f"{run.resolved.name}: reached its target at step {step} "
@@ -198,6 +214,24 @@ def _roll_back(checkpointer: Checkpointer, step: int) -> None:
          f"{', '.join(map(str, later))}) to {job_path(moved[0]).parent}")
 
 
+def _recorded(host: PluginHost, jd: JobDir, set_items: list[str]
+              ) -> tuple[str, list[str], str | None]:
+    """The experiment, overrides (then ``set_items``) and config file of the job's last run,
+    for a command given no ``--exp``, provided they name only installed, registered code
+    (``pax_core.config.trust``): a job directory is data, and may come from anyone."""
+    last = jd.last_run()
+    if last is None:
+        raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
+    exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
+    trust.check_recorded_experiment(host, exp, str(jd.runs_file))
+    config_file = None
+    if last.get("config_file"):
+        config_file = str(jd.path / "config.json")
+        with contextlib.suppress(OSError, UnicodeDecodeError):  # unreadable: said later
+            trust.check_config(host, job_path(config_file).read_text(), config_file)
+    return exp, set_items, config_file
+
+
 def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
                    set_items: list[str], job_dir: str, platform: str | None = None,
                    distributed: DistributedOptions | None = None, step: int | None = None
@@ -213,18 +247,10 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
     jd = JobDir(job_dir)
     if not jd.has_checkpoints():
         raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
-    last = jd.last_run()
     config_file = None
     if exp is None:
-        if last is None:
-            raise UsageError(f"--job-dir {jd.path} has no recorded run; pass --exp")
-        exp, set_items = last["experiment"], list(last["overrides"]) + list(set_items)
-        trust.check_recorded_experiment(host, exp, str(jd.runs_file))
-        if last.get("config_file"):
-            config_file = str(jd.path / "config.json")
-            with contextlib.suppress(OSError, UnicodeDecodeError):  # unreadable: said below
-                trust.check_config(host, job_path(config_file).read_text(), config_file)
-    run = _prepare(host, exp, plugin, set_items, jd, platform, distributed, config_file)
+        exp, set_items, config_file = _recorded(host, jd, set_items)
+    run = prepare_run(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     checkpointer = run.make_checkpointer(str(jd.checkpoints), read_only=True)
     try:
         if not checkpointer.all_steps():

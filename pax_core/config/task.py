@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any
 
 from pax_core.config.optimizers import Adam
@@ -87,6 +88,13 @@ class Train:
     ``eval_use_ema_states``: evaluate (during training and in ``pax eval``), decode and export
     the moving average of the parameters (the optimizer's ``ema_decay``) instead of the
     parameters themselves.
+
+    ``init_from`` (Pax's ``init_from_checkpoint_rules``; ``pax train --init-from``): a job
+    directory, a ``pax export`` folder or a weight format's folder whose weights a new job
+    starts from, each parameter named by the first of ``init_from_rules`` ((regex, format)
+    pairs over parameter paths) that matches it, unless ``init_from_ignore`` does; with
+    ``init_from_partial`` parameters left unmapped keep their fresh values
+    (``pax_core.run.warm_start``).
     """
 
     learner: Learner = dataclasses.field(default_factory=Learner)
@@ -102,6 +110,10 @@ class Train:
     on_damaged_checkpoint: str = "fallback"
     early_stopping: Any = None
     eval_use_ema_states: bool = False
+    init_from: str | None = None
+    init_from_rules: tuple[tuple[str, str], ...] = (("(.*)", "{}"),)
+    init_from_ignore: tuple[str, ...] = ()
+    init_from_partial: bool = False
 
     def __post_init__(self):
         if self.num_train_steps < 0:
@@ -114,6 +126,12 @@ class Train:
             raise ValueError(f"save_keep_interval_steps must be >= 0, got "
                              f"{self.save_keep_interval_steps}")
         self.keep_interval_seconds()  # a duration that does not read fails here
+        for pattern in [p for p, _ in self.init_from_rules] + list(self.init_from_ignore):
+            try:
+                re.compile(pattern)
+            except re.error as e:
+                raise ValueError(f"init_from_rules and init_from_ignore hold regular "
+                                 f"expressions; {pattern!r} is not one ({e})") from None
         if self.on_damaged_checkpoint not in DAMAGED_CHECKPOINT_ACTIONS:
             raise ValueError(f"on_damaged_checkpoint must be one of "
                              f"{', '.join(DAMAGED_CHECKPOINT_ACTIONS)}, got "

@@ -267,6 +267,29 @@ def pax_register_trial_runners() -> list[Component]:
 
 
 @hookspec
+def pax_register_weight_formats() -> list[Component]:
+    """Register the formats of model weights outside Pax that ``pax import FORMAT SOURCE`` reads
+    into a new job and ``pax export --format FORMAT`` writes a job's weights in.
+
+    The factory is called with no arguments and returns a ``pax_core.WeightFormat``: it reads
+    a source's configuration into the experiment and overrides that rebuild its model
+    (``inspect``), yields its weights one tensor at a time by their paths in the model's
+    parameters (``read``), and writes a job's parameters, fetched one at a time, in its layout
+    (``write``). The core does the rest: checks every tensor against the model, places each
+    on the devices as it is read, saves step 0 as a weights-only checkpoint (``Weights``, from
+    which ``pax train`` starts a fresh optimizer state) and records the job. pax-lm registers
+    ``hf`` (Hugging Face folders of decoder-only LMs).
+
+    Example::
+
+        @hookimpl
+        def pax_register_weight_formats():
+            return [Component("hf", "pax_lm.hf.format:HfFormat",
+                              "Hugging Face folders: config.json, safetensors, tokenizer")]
+    """
+
+
+@hookspec
 def pax_on_train_start(run: RunInfo) -> None:
     """Called once the train state is ready, before the first step of this invocation.
 

@@ -27,6 +27,7 @@ KINDS = (
     "mesh_layouts",
     "commands",
     "trial_runners",
+    "weight_formats",
 )
 
 

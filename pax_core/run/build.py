@@ -14,19 +14,32 @@ import jax
 import jax.extend
 import numpy as np
 
-from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved
+from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved, Weights
 from pax_core.checkpointers.integrity import DamagedCheckpoint, UnverifiedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task
 from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
 from pax_core.inputs.base import Input
+from pax_core.models.weight_format import WeightFormat
 from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.records import Registered
 from pax_core.run.runtime import check_program, donates_train_state
-from pax_core.run.state import TrainState, ema_params, logical_axes, make_init_fn
+from pax_core.run.state import (
+    TrainState,
+    ema_params,
+    logical_axes,
+    make_init_fn,
+    state_from_weights,
+)
 from pax_core.run.steps import make_train_step
+
+
+def weight_format(host: PluginHost, name: str) -> WeightFormat:
+    """The registered weight format ``name`` (``pax import``, ``pax export --format``,
+    ``init_from``), built."""
+    return component(host, "weight_formats", name, "--format").build()
 
 
 def partitioner_name(experiment: Any) -> str:
@@ -140,6 +153,15 @@ class Run:
         return self.partitioner.compile_init(init, self.state_shardings)(seed)
 
 
+    def state_from_weights(self, weights: Weights) -> TrainState:
+        """A fresh state around restored weights (a weights-only step: an imported model),
+        on the run's shardings: the optimizer state as it starts on these parameters."""
+        seed = np.uint32(self.task.train.random_seed)
+        make = self.partitioner.compile_init(
+            lambda p, m, s: state_from_weights(self.tx, p, m, s), self.state_shardings)
+        return make(weights.params, weights.model_state, seed)
+
+
 _READS = 5  # listings of the steps a reader tries, while its job saves and drops steps
 
 
@@ -178,6 +200,8 @@ def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
         for step in reversed(steps if chosen is None else [chosen]):
             try:
                 state, input_state = checkpointer.restore(step, run.abstract_state)
+                if isinstance(state, Weights):
+                    state = run.state_from_weights(state)
                 if input_state:
                     _set_input_position(run.train_input, input_state)
             except DamagedCheckpoint as e:

@@ -54,8 +54,7 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
     """
 
     def init(seed: jax.Array) -> TrainState:
-        rng = jax.random.PRNGKey(seed)
-        params_rng, dropout_rng, state_rng = jax.random.split(rng, 3)
+        params_rng, dropout_rng, state_rng = _seeds(seed)
         batch = {k: jnp.zeros(s.shape, s.dtype) for k, s in batch_spec.items()}
         variables = model.init({"params": params_rng, "dropout": dropout_rng}, batch, train=False)
         model_state = {k: v for k, v in variables.items() if k != "params"}
@@ -64,6 +63,20 @@ def make_init_fn(model: nn.Module, tx: optax.GradientTransformation,
                           model_state)
 
     return init
+
+
+def _seeds(seed: jax.Array) -> list[jax.Array]:
+    """The keys a fresh state draws from its seed: parameters, dropout, the state's own."""
+    return list(jax.random.split(jax.random.PRNGKey(seed), 3))
+
+
+def state_from_weights(tx: optax.GradientTransformation, params: Any, model_state: Any,
+                       seed: jax.Array) -> TrainState:
+    """A fresh state around given weights (a weights-only checkpoint: an imported model): the
+    optimizer starts as it would on these parameters, at step 0, with the RNG key a fresh
+    state of this seed has."""
+    return TrainState(params, tx.init(params), jnp.zeros((), jnp.int32), _seeds(seed)[2],
+                      model_state)
 
 
 def logical_axes(abstract_boxed_state: TrainState) -> TrainState:

@@ -65,6 +65,8 @@ _LENT = {
     "build_run": "pax_core.run.build",
     "train": "pax_core.commands.jobs",
     "evaluate": "pax_core.commands.jobs",
+    "import_job": "pax_core.commands.import_weights",
+    "export_params": "pax_core.commands.export",
     "plan": "pax_core.commands.plan",
     "use_fake_devices": "pax_core.commands.plan",
     "step_flops": "pax_core.speed.flops",
@@ -77,7 +79,8 @@ __all__ = [  # noqa: RUF022 (the lent names last)
     "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
     "use_cpu_devices",
-    "build_run", "evaluate", "first_batch_losses", "plan", "resolve", "step_flops", "train",
+    "build_run", "evaluate", "export_params", "first_batch_losses", "import_job", "plan",
+    "resolve", "step_flops", "train",
     "use_fake_devices",
 ]
 

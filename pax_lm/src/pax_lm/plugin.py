@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.12,<2"
+PAX_API = ">=1.13,<2"
 
 
 @hookimpl
@@ -36,3 +36,9 @@ def pax_register_commands():
 @hookimpl
 def pax_register_experiments():
     return list(EXPERIMENTS)
+
+
+@hookimpl
+def pax_register_weight_formats():
+    return [Component("hf", "pax_lm.hf.format:HfFormat",
+                      "Hugging Face folders of decoder LMs: config.json, safetensors, tokenizer")]

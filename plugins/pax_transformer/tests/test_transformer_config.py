@@ -6,6 +6,7 @@ import jax
 import pytest
 from transformer_helpers import TINY, random_ids, tiny
 
+from pax_transformer import TransformerStack
 from pax_transformer.models import TransformerLm, count_params
 
 BAD = [
@@ -23,6 +24,29 @@ BAD = [
     ({"dropout_rate": 1.0}, "dropout_rate must be in [0, 1)"),
     ({"attention_logit_cap": -1.0}, "attention_logit_cap must be 0 (off) or positive"),
     ({"init_std": 0.0}, "init_std must be positive or None"),
+    ({"shared_norm": True}, "shared_norm (one norm feeding both branches) needs "
+                            "parallel_residual=True"),
+    ({"query_scale": 0.0}, "query_scale must be positive or None"),
+    ({"norm_scale_offset": float("nan")}, "norm_scale_offset must be a finite number"),
+    ({"rotary_fraction": 1.5}, "rotary_fraction must be in (0, 1], got 1.5"),
+    ({"rotary_fraction": 0.1}, "rotary_fraction=0.1 of dim_per_head=8 rotates 0 dimensions"),
+    ({"rotary_fraction": 0.375}, "rotates 3 dimensions; it must be an even number above 0"),
+    ({"rotary_scaling": "yarn"}, "rotary_scaling='yarn' is not supported; valid values: "
+                                 "'none', 'linear', 'llama3'"),
+    ({"position": "learned", "rotary_scaling": "linear"},
+     "rotary_scaling='linear' needs position='rotary'"),
+    ({"rotary_scaling": "linear", "rotary_scaling_factor": 0.0},
+     "rotary_scaling_factor must be positive"),
+    ({"rotary_scaling": "llama3", "rotary_high_freq_factor": 1.0},
+     "rotary_high_freq_factor=1.0 must exceed rotary_low_freq_factor=1.0"),
+    ({"sliding_window": -1}, "sliding_window must be 0 (off) or a positive number of positions"),
+    ({"global_every": 2}, "global_every=2 alternates sliding and global layers but "
+                          "sliding_window is 0"),
+    ({"local_rotary_base": 1e4}, "local_rotary_base is the rotary base of the sliding layers, "
+                                 "but sliding_window is 0"),
+    ({"sliding_window": 4, "global_every": 2, "stack": TransformerStack},
+     "global_every (layers that differ: sliding or global) runs in pax-transformer's own "
+     "layer stack only"),
 ]
 
 
@@ -47,6 +71,10 @@ COUNTED = [
     {"tied_embedding": False, "use_bias": True, "num_kv_heads": 2, "gated": True},
     {"position": "learned", "use_bias": True, "scan_layers": True},
     {"position": "sinusoidal", "scan_layers": True, "num_layers": 3, "dim_per_head": 6},
+    {"qk_norm": True, "post_norms": True, "qkv_bias": True, "scan_layers": True},
+    {"qk_norm": True, "norm": "rmsnorm", "parallel_residual": True, "shared_norm": True,
+     "use_bias": True, "qkv_bias": True, "tied_embedding": False},
+    {"use_bias": True, "tied_embedding": False, "head_bias": False, "parallel_residual": True},
 ]
 
 

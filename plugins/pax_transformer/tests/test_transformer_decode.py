@@ -2,33 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from transformer_helpers import empty_cache, forward, init_params, random_ids, tiny
-
-from pax_transformer.models import TransformerLm
+from transformer_helpers import decoder, empty_cache, forward, init_params, random_ids, tiny
 
 PROMPT, LENGTH = 3, 8
-
-
-def decoder(model: TransformerLm) -> Any:
-    """jit of (params, cache, chunk, positions) -> (logits, cache)."""
-
-    @jax.jit
-    def step(params: Any, cache: Any, chunk: jax.Array, positions: Any = None) -> Any:
-        logits, updated = model.apply(
-            {"params": params, "cache": cache}, chunk, positions=positions, decode=True,
-            mutable=["cache"],
-        )
-        return logits, updated["cache"]
-
-    return step
-
 
 CONFIGS = [
     {},

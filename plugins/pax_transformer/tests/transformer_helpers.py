@@ -55,6 +55,20 @@ def forward(model: TransformerLm) -> Any:
     return run
 
 
+def decoder(model: TransformerLm) -> Any:
+    """jit of (params, cache, chunk, positions) -> (logits, cache): one decoding call."""
+
+    @jax.jit
+    def step(params: Any, cache: Any, chunk: jax.Array, positions: Any = None) -> Any:
+        logits, updated = model.apply(
+            {"params": params, "cache": cache}, chunk, positions=positions, decode=True,
+            mutable=["cache"],
+        )
+        return logits, updated["cache"]
+
+    return step
+
+
 def loss_fn(model: TransformerLm) -> Any:
     """Mean next-token cross-entropy of (params, ids): a scalar to differentiate."""
 

@@ -57,6 +57,25 @@ class TransformerLmExperiment(SingleTaskExperiment):
     FPROP_DTYPE = "bfloat16"
     USE_FP8 = False  # the blocks' projections in FP8 (delayed scaling), for Hopper-class GPUs
     FP8_AMAX_HISTORY_LENGTH = 1024
+    # The open decoder families' settings (pax-transformer's fields of the same meaning).
+    ROTARY_BASE = 10000.0
+    ROTARY_FRACTION = 1.0
+    ROTARY_SCALING = "none"
+    ROTARY_SCALING_FACTOR = 1.0
+    ROTARY_LOW_FREQ_FACTOR = 1.0
+    ROTARY_HIGH_FREQ_FACTOR = 4.0
+    ROTARY_ORIGINAL_MAX_LEN = 8192
+    LOCAL_ROTARY_BASE: float | None = None
+    SLIDING_WINDOW = 0
+    GLOBAL_EVERY = 0
+    QKV_BIAS = False
+    HEAD_BIAS: bool | None = None  # the untied output projection's bias (None: as USE_BIAS)
+    QK_NORM = False
+    NORM_SCALE_OFFSET = 0.0
+    POST_NORMS = False
+    PARALLEL_RESIDUAL = False
+    SHARED_NORM = False
+    QUERY_SCALE: float | None = None
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
@@ -126,6 +145,24 @@ class TransformerLmExperiment(SingleTaskExperiment):
             dtype=self.FPROP_DTYPE,
             fp8=self.USE_FP8,
             fp8_amax_history=self.FP8_AMAX_HISTORY_LENGTH,
+            rotary_base=self.ROTARY_BASE,
+            rotary_fraction=self.ROTARY_FRACTION,
+            rotary_scaling=self.ROTARY_SCALING,
+            rotary_scaling_factor=self.ROTARY_SCALING_FACTOR,
+            rotary_low_freq_factor=self.ROTARY_LOW_FREQ_FACTOR,
+            rotary_high_freq_factor=self.ROTARY_HIGH_FREQ_FACTOR,
+            rotary_original_max_len=self.ROTARY_ORIGINAL_MAX_LEN,
+            local_rotary_base=self.LOCAL_ROTARY_BASE,
+            sliding_window=self.SLIDING_WINDOW,
+            global_every=self.GLOBAL_EVERY,
+            qkv_bias=self.QKV_BIAS,
+            head_bias=self.HEAD_BIAS,
+            qk_norm=self.QK_NORM,
+            norm_scale_offset=self.NORM_SCALE_OFFSET,
+            post_norms=self.POST_NORMS,
+            parallel_residual=self.PARALLEL_RESIDUAL,
+            shared_norm=self.SHARED_NORM,
+            query_scale=self.QUERY_SCALE,
         )
 
     def model(self) -> fdl.Config[LanguageModel]:

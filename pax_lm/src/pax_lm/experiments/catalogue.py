@@ -64,6 +64,8 @@ EXPERIMENTS: list[ExperimentRef] = [
     *(_ref(module, name) for module, names in _BY_MODULE.items() for name in names),
     ExperimentRef("QuickStartLm", "pax_lm.experiments.quickstart:QuickStartLm",
                   "1.8M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
+    ExperimentRef("OpenWeightsLm", "pax_lm.experiments.open_weights:OpenWeightsLm",
+                  "an imported open-weights decoder (pax import hf), continued on text"),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
     ExperimentRef("TinyPipelinedLmForTests",

@@ -7,6 +7,8 @@ datasets prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``).
 
 from __future__ import annotations
 
+import dataclasses
+
 import fiddle as fdl
 
 from pax_core import UsageError
@@ -14,15 +16,17 @@ from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.inputs.tokens import TokensInput
-from pax_lm.tokenizers import ByteTokenizer
+from pax_lm.tokenizers import ByteTokenizer, tokenizer_from_path
 
 
 class TextCorpusDataset:
-    """Mixin: ``CORPUS_PATH`` (None: the default corpus) as bytes, packed into rows, with a
-    held-out split for eval; or, with ``TRAIN_DATA`` (a prepared dataset, or {path: weight}
-    for a mixture), prepared datasets streamed by ``INPUT_WORKERS`` processes, evaluated on all
-    of ``EVAL_DATA`` (if given)."""
+    """Mixin: ``CORPUS_PATH`` (None: the default corpus) tokenized by ``TOKENIZER`` ('bytes', a
+    SentencePiece .model or a Hugging Face .json file), packed into rows, with a held-out split
+    for eval; or, with ``TRAIN_DATA`` (a prepared dataset, or {path: weight} for a mixture),
+    prepared datasets streamed by ``INPUT_WORKERS`` processes, evaluated on all of
+    ``EVAL_DATA`` (if given)."""
 
+    TOKENIZER = "bytes"
     CORPUS_PATH: str | None = None
     EVAL_BATCHES = 4
     TRAIN_DATA: str | dict[str, float] | None = None
@@ -32,7 +36,7 @@ class TextCorpusDataset:
     def datasets(self) -> list[fdl.Config[TextInput] | fdl.Config[TokensInput]]:
         if self.TRAIN_DATA is not None:
             return self._prepared_datasets()
-        common = dict(path=self.CORPUS_PATH, tokenizer=fdl.Config(ByteTokenizer),
+        common = dict(path=self.CORPUS_PATH, tokenizer=self.tokenizer(),
                       seq_len=self.MAX_SEQ_LEN, batch_size=self.global_batch_size())
         return [
             fdl.Config(TextInput, name="train", split="train", is_training=True, seed=1234,
@@ -41,10 +45,16 @@ class TextCorpusDataset:
                        eval_num_batches=self.EVAL_BATCHES, **common),
         ]
 
+    def tokenizer(self) -> fdl.Config:
+        """The ``TOKENIZER`` as a config."""
+        made = tokenizer_from_path(self.TOKENIZER)
+        fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
+        return fdl.Config(type(made), **fields)
+
     def _prepared_datasets(self) -> list[fdl.Config[TokensInput]]:
         if self.CORPUS_PATH is not None:
             raise UsageError("give CORPUS_PATH (text) or TRAIN_DATA (prepared datasets), not both")
-        common = dict(tokenizer=fdl.Config(ByteTokenizer), seq_len=self.MAX_SEQ_LEN,
+        common = dict(tokenizer=self.tokenizer(), seq_len=self.MAX_SEQ_LEN,
                       batch_size=self.global_batch_size())
         source = (dict(mixture=dict(self.TRAIN_DATA)) if isinstance(self.TRAIN_DATA, dict)
                   else dict(path=self.TRAIN_DATA))

@@ -34,6 +34,8 @@ _EXPORTS = {
     "Softmax": "pax_transformer.layers.embedding",
     "sinusoidal": "pax_transformer.layers.positions",
     "apply_rotary": "pax_transformer.layers.positions",
+    "rotary_frequencies": "pax_transformer.layers.positions",
+    "RotaryScaling": "pax_transformer.layers.positions",
     "LearnedPositions": "pax_transformer.layers.positions",
     "dense_init": "pax_transformer.layers.initializers",
     "table_init": "pax_transformer.layers.initializers",

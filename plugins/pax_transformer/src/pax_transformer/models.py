@@ -2,7 +2,8 @@
 
 Parameter layout (``params`` collection; d = model_dims, f = hidden_dims, V = vocab_size,
 N = num_heads, K = num_kv_heads or N, H = dim_per_head or d // N; "+b" marks a bias that exists
-only with ``use_bias``; logical axis names in brackets)::
+only with ``use_bias``, "+qb" one that exists with ``use_bias`` or ``qkv_bias``; logical axis
+names in brackets)::
 
     embedding/embedding         [V, d]            ("vocab", "embed")
     position/embedding          [max_seq_len, d]  (None, "embed")          position="learned"
@@ -11,23 +12,33 @@ only with ``use_bias``; logical axis names in brackets)::
                                 "layers" (scan_layers=True)
         attention_norm/scale    [d]               ("embed",)
         attention_norm/bias     [d]               ("embed",)               layernorm only
-        attention/query/kernel  [d, N, H]         ("embed", "heads", "kv")   +b [N, H]
-        attention/key/kernel    [d, K, H]         ("embed", "heads", "kv")   +b [K, H]
-        attention/value/kernel  [d, K, H]         ("embed", "heads", "kv")   +b [K, H]
+        attention/query/kernel  [d, N, H]         ("embed", "heads", "kv")   +qb [N, H]
+        attention/key/kernel    [d, K, H]         ("embed", "heads", "kv")   +qb [K, H]
+        attention/value/kernel  [d, K, H]         ("embed", "heads", "kv")   +qb [K, H]
+        attention/query_norm/scale  [H]           ("kv",)                  qk_norm only
+        attention/query_norm/bias   [H]           ("kv",)                  qk_norm, layernorm
+        attention/key_norm/scale, attention/key_norm/bias   as query_norm
         attention/out/kernel    [N, H, d]         ("heads", "kv", "embed")   +b [d]
-        ffn_norm/scale, ffn_norm/bias             as attention_norm
+        post_attention_norm/scale, .../bias       as attention_norm        post_norms only
+        ffn_norm/scale, ffn_norm/bias             as attention_norm        not with shared_norm
         ffn/wi/kernel           [d, f]            ("embed", "mlp")           +b [f]
         ffn/wi_gate/kernel      [d, f]            ("embed", "mlp")           +b [f], gated only
         ffn/wo/kernel           [f, d]            ("mlp", "embed")           +b [d]
+        post_ffn_norm/scale, post_ffn_norm/bias   as attention_norm        post_norms only
     final_norm/scale, final_norm/bias             as attention_norm
-    softmax/kernel              [d, V]            ("embed", "vocab")         +b [V], untied only
+    softmax/kernel              [d, V]            ("embed", "vocab")         +hb [V], untied only
 
 Biases are named ``bias`` beside their kernel and take the kernel's output axis names.
-With n = 2d for layernorm (scale and bias) or d for rmsnorm (scale) and b = 1 if ``use_bias``
-else 0, one layer holds ``2n + (d + b)*(N + 2K)*H + (N*H + b)*d + g*(d + b)*f + (f + b)*d``
+With n = 2d for layernorm (scale and bias) or d for rmsnorm (scale), n_h = 2H or H likewise,
+b = 1 if ``use_bias`` else 0, qb = 1 if ``use_bias`` or ``qkv_bias`` else 0, hb = 1 if
+``head_bias`` (None: ``use_bias``) else 0, and m norms a
+block (2, or 1 with ``shared_norm``; 2 more with ``post_norms``), one layer holds
+``m*n + (d + qb)*(N + 2K)*H + [2*n_h if qk_norm] + (N*H + b)*d + g*(d + b)*f + (f + b)*d``
 weights (g = 2 if gated else 1), and the model
-``V*d + num_layers*layer + n [+ max_seq_len*d if learned] [+ (d + b)*V if untied]``;
+``V*d + num_layers*layer + n [+ max_seq_len*d if learned] [+ (d + hb)*V if untied]``;
 a tied model has neither softmax weights nor a softmax bias. ``count_params`` computes this.
+Every norm scale multiplies as ``norm_scale_offset + scale`` and starts at
+``1 - norm_scale_offset`` (0 for Gemma's offset 1.0), so a fresh model's norms multiply by one.
 
 The ``cache`` collection (``decode=True``) holds ``index`` (int32 scalar: how many positions are
 cached) and, per layer, ``attention/cached_key`` and ``attention/cached_value`` of
@@ -41,6 +52,7 @@ With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer a
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import flax.linen as nn
@@ -58,7 +70,13 @@ from pax_transformer.layers.embedding import Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
 from pax_transformer.layers.normalization import NORMS, Norm
-from pax_transformer.layers.positions import POSITIONS, LearnedPositions, sinusoidal
+from pax_transformer.layers.positions import (
+    POSITIONS,
+    ROTARY_SCALINGS,
+    LearnedPositions,
+    RotaryScaling,
+    sinusoidal,
+)
 from pax_transformer.layers.remat import POLICIES
 from pax_transformer.layers.stack import TransformerStack
 from pax_transformer.layers.validation import check_choice
@@ -85,6 +103,42 @@ class TransformerLm(nn.Module):
     ``FeedForward``); the layout below is theirs, and a part of its own names its weights.
     Dropout (``dropout_rate``, ``train=True``,
     a "dropout" rng) applies to the input embeddings and to each residual branch.
+
+    The settings below express the open decoder families (Llama, Mistral, Qwen, Gemma,
+    GPT-NeoX, Phi, GPT-2) as they compute, so that their checkpoints map onto these weights;
+    the defaults are the plain model above:
+
+    * ``qkv_bias``: a bias on the query, key and value projections only (Qwen 2);
+      ``use_bias`` puts one on every projection, and on the untied output projection unless
+      ``head_bias`` says otherwise (GPT-NeoX: biases everywhere but its head; None: as
+      ``use_bias``).
+    * ``qk_norm``: each head's queries and keys normalised over dim_per_head (``norm``,
+      ``norm_epsilon``, ``norm_scale_offset``) after the projection, before rotary (Qwen 3,
+      Gemma 3).
+    * ``norm_scale_offset``: every norm multiplies by ``offset + scale`` (Gemma: 1.0, its
+      scales stored as ``scale - 1``); scales start at ``1 - offset``.
+    * ``post_norms``: each residual branch's output normalised before it is added (Gemma 2, 3).
+    * ``parallel_residual``: ``x + attention(attention_norm(x)) + ffn(ffn_norm(x))``
+      (GPT-NeoX); with ``shared_norm`` one norm feeds both branches (Phi, GPT-J).
+    * ``query_scale``: the factor on the query-key logits (None: dim_per_head ** -0.5; Gemma 2
+      and 3: query_pre_attn_scalar ** -0.5).
+    * ``rotary_fraction``: only the first ``int(dim_per_head * rotary_fraction)`` dimensions
+      of each head rotate, with frequencies ``base**(-2i / rotary_dims)`` (GPT-NeoX's
+      rotary_pct, Phi's partial_rotary_factor).
+    * ``rotary_scaling`` ("none", "linear", "llama3") with ``rotary_scaling_factor``,
+      ``rotary_low_freq_factor``, ``rotary_high_freq_factor`` and ``rotary_original_max_len``:
+      Hugging Face's rope types of those names (``layers/positions.py``).
+    * ``sliding_window``: a token attends only to the last ``sliding_window`` positions,
+      itself included (0: all; Mistral, Gemma 2 and 3's local layers). With packed segments
+      a window never reaches past its segment; when decoding the cache still holds
+      ``max_seq_len`` positions and the mask does the windowing.
+    * ``global_every``: with a sliding window, layer i attends to every position when
+      (i + 1) % global_every == 0 and slides otherwise (Gemma 2: 2, Gemma 3: 6; 0: every
+      layer slides). The layers then differ, in a scanned stack as data.
+    * ``local_rotary_base``: the rotary base of the sliding layers (between the global ones
+      when global_every > 0, every layer otherwise), which then take no ``rotary_scaling``
+      (Gemma 3: 10000 local, 1e6 scaled global); None: the sliding layers rotate as the
+      global ones.
 
     ``fp8`` runs the blocks' attention and feed-forward projections in FP8 with delayed scaling
     (Flax's, e4m3 forward and e5m2 gradients, each tensor's scale from its largest magnitude
@@ -113,6 +167,7 @@ class TransformerLm(nn.Module):
     attention_logit_cap: float = 0.0
     logits_soft_cap: float = 0.0
     use_bias: bool = False
+    head_bias: bool | None = None
     dropout_rate: float = 0.0
     init_std: float | None = None
     scan_layers: bool = False
@@ -124,6 +179,22 @@ class TransformerLm(nn.Module):
     stack: Any = None
     attention: Any = None
     feed_forward: Any = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    norm_scale_offset: float = 0.0
+    post_norms: bool = False
+    parallel_residual: bool = False
+    shared_norm: bool = False
+    query_scale: float | None = None
+    rotary_fraction: float = 1.0
+    rotary_scaling: str = "none"
+    rotary_scaling_factor: float = 1.0
+    rotary_low_freq_factor: float = 1.0
+    rotary_high_freq_factor: float = 4.0
+    rotary_original_max_len: int = 8192
+    sliding_window: int = 0
+    global_every: int = 0
+    local_rotary_base: float | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -133,6 +204,11 @@ class TransformerLm(nn.Module):
     def head_dims(self) -> int:
         """Dimensions per attention head, resolved."""
         return self.dim_per_head or self.model_dims // self.num_heads
+
+    @property
+    def output_bias(self) -> bool:
+        """Whether the untied output projection has a bias, resolved."""
+        return self.use_bias if self.head_bias is None else self.head_bias
 
     @property
     def kv_heads(self) -> int:
@@ -162,6 +238,20 @@ class TransformerLm(nn.Module):
             fp8_amax_history=self.fp8_amax_history if self.fp8 else 0,
             attention=self.attention,
             feed_forward=self.feed_forward,
+            qkv_bias=self.qkv_bias,
+            qk_norm=self.qk_norm,
+            norm_scale_offset=self.norm_scale_offset,
+            post_norms=self.post_norms,
+            parallel_residual=self.parallel_residual,
+            shared_norm=self.shared_norm,
+            query_scale=self.query_scale,
+            rotary_fraction=self.rotary_fraction,
+            rotary_scaling=RotaryScaling(
+                self.rotary_scaling, self.rotary_scaling_factor, self.rotary_low_freq_factor,
+                self.rotary_high_freq_factor, self.rotary_original_max_len),
+            sliding_window=self.sliding_window,
+            global_every=self.global_every,
+            local_rotary_base=self.local_rotary_base,
         )
 
     @nn.compact
@@ -236,7 +326,7 @@ class TransformerLm(nn.Module):
             name="stack",
         )(x, positions, segment_ids, decode_start)
         x = Norm(self.norm, self.norm_epsilon, config.dtype, config.param_dtype,
-                 name="final_norm")(x)
+                 self.norm_scale_offset, name="final_norm")(x)
 
         if self.tied_embedding:
             logits = embedding.attend(x)
@@ -244,7 +334,7 @@ class TransformerLm(nn.Module):
             logits = Softmax(
                 self.vocab_size,
                 table_init(self.model_dims, self.init_std),
-                self.use_bias,
+                self.output_bias,
                 config.dtype,
                 config.param_dtype,
                 name="softmax",
@@ -281,7 +371,7 @@ def _validate(m: TransformerLm) -> None:
             f"num_kv_heads={m.num_kv_heads} must be a positive divisor of num_heads="
             f"{m.num_heads} (1: multi-query; num_heads or None: multi-head)"
         )
-    if m.position == "rotary" and m.head_dims % 2:
+    if m.position == "rotary" and m.rotary_fraction == 1.0 and m.head_dims % 2:
         raise ValueError(f"rotary positions need an even dim_per_head, got {m.head_dims}")
     for field in ("norm_epsilon", "rotary_base"):
         if getattr(m, field) <= 0:
@@ -299,6 +389,63 @@ def _validate(m: TransformerLm) -> None:
         raise ValueError(f"dropout_rate must be in [0, 1), got {m.dropout_rate}")
     if m.init_std is not None and m.init_std <= 0:
         raise ValueError(f"init_std must be positive or None, got {m.init_std}")
+    _validate_families(m)
+
+
+def _validate_families(m: TransformerLm) -> None:
+    """The checks of the settings that express the open decoder families."""
+    if m.shared_norm and not m.parallel_residual:
+        raise ValueError("shared_norm (one norm feeding both branches) needs "
+                         "parallel_residual=True; set it, or shared_norm=False")
+    if m.query_scale is not None and not m.query_scale > 0:
+        raise ValueError(f"query_scale must be positive or None (dim_per_head ** -0.5), got "
+                         f"{m.query_scale}")
+    if not math.isfinite(m.norm_scale_offset):
+        raise ValueError(f"norm_scale_offset must be a finite number (0.0, or 1.0 for Gemma's "
+                         f"stored scale - 1), got {m.norm_scale_offset}")
+    check_choice("rotary_scaling", m.rotary_scaling, ROTARY_SCALINGS)
+    rotary_settings = {"rotary_fraction": (m.rotary_fraction, 1.0),
+                       "rotary_scaling": (m.rotary_scaling, "none"),
+                       "local_rotary_base": (m.local_rotary_base, None)}
+    for field, (value, default) in rotary_settings.items():
+        if m.position != "rotary" and value != default:
+            raise ValueError(f"{field}={value!r} needs position='rotary' (position is "
+                             f"{m.position!r}); set position='rotary' or leave {field} at "
+                             f"{default!r}")
+    if not 0.0 < m.rotary_fraction <= 1.0:
+        raise ValueError(f"rotary_fraction must be in (0, 1], got {m.rotary_fraction}")
+    rotary_dims = int(m.head_dims * m.rotary_fraction)
+    if m.position == "rotary" and (rotary_dims < 2 or rotary_dims % 2):
+        raise ValueError(f"rotary_fraction={m.rotary_fraction} of dim_per_head={m.head_dims} "
+                         f"rotates {rotary_dims} dimensions; it must be an even number above 0")
+    if m.rotary_scaling != "none":
+        for field in ("rotary_scaling_factor", "rotary_low_freq_factor",
+                      "rotary_high_freq_factor", "rotary_original_max_len"):
+            if not getattr(m, field) > 0:
+                raise ValueError(f"{field} must be positive, got {getattr(m, field)}")
+    if m.rotary_scaling == "llama3" and not m.rotary_high_freq_factor > m.rotary_low_freq_factor:
+        raise ValueError(f"rotary_high_freq_factor={m.rotary_high_freq_factor} must exceed "
+                         f"rotary_low_freq_factor={m.rotary_low_freq_factor} for "
+                         f"rotary_scaling='llama3' (Llama 3.1: 4.0 and 1.0)")
+    for field in ("sliding_window", "global_every"):
+        if getattr(m, field) < 0:
+            raise ValueError(f"{field} must be 0 (off) or a positive number of "
+                             f"{'positions' if field == 'sliding_window' else 'layers'}, got "
+                             f"{getattr(m, field)}")
+    if m.global_every and not m.sliding_window:
+        raise ValueError(f"global_every={m.global_every} alternates sliding and global layers "
+                         "but sliding_window is 0; set sliding_window, or global_every=0")
+    if m.local_rotary_base is not None and not m.sliding_window:
+        raise ValueError("local_rotary_base is the rotary base of the sliding layers, but "
+                         "sliding_window is 0; set sliding_window (and global_every), or "
+                         "local_rotary_base=None")
+    if m.local_rotary_base is not None and not m.local_rotary_base > 0:
+        raise ValueError(f"local_rotary_base must be positive or None, got "
+                         f"{m.local_rotary_base}")
+    if m.global_every and m.stack is not None:
+        raise ValueError("global_every (layers that differ: sliding or global) runs in "
+                         "pax-transformer's own layer stack only, not in a custom stack such "
+                         "as a pipeline's; set global_every=0 or stack=None")
 
 
 def count_params(**fields: Any) -> int:
@@ -308,7 +455,7 @@ def count_params(**fields: Any) -> int:
     same way.
     """
     m = TransformerLm(**fields)
-    d, vocab, bias = m.model_dims, m.vocab_size, int(m.use_bias)
+    d, vocab, bias = m.model_dims, m.vocab_size, int(m.output_bias)
     config = m.block_config()
     total = vocab * d + m.num_layers * block_weights(config, d) + config.norm_weights(d)
     if m.position == "learned":
@@ -330,9 +477,11 @@ def train_flops_per_token(model: TransformerLm, seq_len: int) -> float:
     (``layers/parts.py``): for pax-transformer's, 6 per weight plus attention's scores and
     weighted values, ``12 x num_heads x dim_per_head x seq_len`` a layer (PaLM's convention:
     full attention, the causal mask's saving is not discounted, and remat's recomputation is not
-    counted).
+    counted). Sliding-window layers are counted the same way, as full attention over
+    ``seq_len``: the window's saving is not discounted either. Every norm weight (the blocks',
+    the query and key norms', the post norms', the final norm's) counts 6.
     """
-    d, vocab, bias = model.model_dims, model.vocab_size, int(model.use_bias)
+    d, vocab, bias = model.model_dims, model.vocab_size, int(model.output_bias)
     config = model.block_config()
     head = vocab * d if model.tied_embedding else (d + bias) * vocab
     outside_blocks = 6.0 * (config.norm_weights(d) + head)  # the final norm and the logits

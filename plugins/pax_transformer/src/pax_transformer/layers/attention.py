@@ -2,13 +2,19 @@
 
 Attention itself goes through ``pax_core.dot_product_attention``, which the running backend
 serves (XLA's ``jax.nn.dot_product_attention`` by default, cuDNN's fused kernel on GPUs with
-pax-gpu). That has no logit cap, so with ``logit_cap > 0`` (Pax's
-``atten_logit_cap``: ``cap * tanh(logits / cap)``) an explicit einsum path computes the same
-thing with the same mask, the same 1/sqrt(dim_per_head) scale and a float32 softmax.
+pax-gpu). That has no logit cap and always scales the logits by 1/sqrt(dim_per_head), so with
+``logit_cap > 0`` (Pax's ``atten_logit_cap``: ``cap * tanh(logits / cap)``) or a
+``query_scale`` of its own (Gemma 2's ``query_pre_attn_scalar ** -0.5``) an explicit einsum path
+computes the same thing with the same mask and a float32 softmax.
 
 Masking is by slot: query slot i (offset by the cache index when decoding) sees key slots
 j <= i (every slot with ``causal=False``, an encoder's attention), and with ``segment_ids`` only
-keys of its own segment. A token always sees itself, so no row is ever fully masked.
+keys of its own segment. A token always sees itself, so no row is ever fully masked. With a
+``sliding_window`` w a sliding layer's query sees only key slots j > i - w (the last w
+positions, itself included); with ``global_every`` n, every n-th layer (``layer`` index i with
+(i + 1) % n == 0) attends to every earlier position instead. The layer index is a Python int in
+a looped stack and a traced scalar in a scanned one (one traced block serves every layer), so
+the window and the rotary frequencies a layer uses are chosen as data there.
 """
 
 from __future__ import annotations
@@ -18,15 +24,25 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax.typing import Initializer
 from jax.ad_checkpoint import checkpoint_name
 
 from pax_core import axes, dot_product_attention
 from pax_transformer.layers import remat
 from pax_transformer.layers.dense import Projection
-from pax_transformer.layers.positions import apply_rotary
+from pax_transformer.layers.normalization import Norm
+from pax_transformer.layers.positions import (
+    NO_SCALING,
+    RotaryScaling,
+    apply_rotary,
+    rotary_frequencies,
+)
 
 QKV_AXES = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
+
+# Whether a layer slides: a Python bool in a looped stack, a traced boolean scalar in a scan.
+Sliding = bool | jax.Array
 
 
 def causal_mask(query_length: int, key_length: int, offset: jax.Array | int = 0) -> jax.Array:
@@ -35,15 +51,27 @@ def causal_mask(query_length: int, key_length: int, offset: jax.Array | int = 0)
     return (jnp.arange(key_length)[None, :] <= query_slots)[None, None]
 
 
+def window_mask(
+    query_length: int, key_length: int, window: int, offset: jax.Array | int = 0
+) -> jax.Array:
+    """[1, 1, T, S] booleans: key slot j lies in the ``window`` slots up to query i's slot
+    (``offset + i``), itself included: j > slot - window. Later slots pass (the causal mask
+    takes them)."""
+    query_slots = offset + jnp.arange(query_length)[:, None]
+    return (jnp.arange(key_length)[None, :] > query_slots - window)[None, None]
+
+
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
     """[B, 1, L, L] booleans: query and key belong to the same packed segment."""
     return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
 
 
-def capped_attention(
-    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None, logit_cap: float
+def einsum_attention(
+    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
+    scale: float | None = None, logit_cap: float = 0.0,
 ) -> jax.Array:
-    """``dot_product_attention`` with ``cap * tanh(logits / cap)`` on the scaled logits.
+    """Attention computed with explicit einsums: logits ``query . key * scale`` (None:
+    1/sqrt(dim_per_head)), then ``cap * tanh(logits / cap)`` when ``logit_cap`` > 0.
 
     query [B, T, N, H], key/value [B, S, K, H] with K dividing N, mask broadcastable to
     [B, N, T, S] (None: no mask) -> [B, T, N, H]. Logits and softmax in float32.
@@ -52,8 +80,9 @@ def capped_attention(
     kv_heads = key.shape[2]
     grouped = query.reshape(batch, length, kv_heads, heads // kv_heads, dims)
     logits = jnp.einsum("btkgh,bskh->bkgts", grouped, key, preferred_element_type=jnp.float32)
-    logits = logits * dims**-0.5
-    logits = logit_cap * jnp.tanh(logits / logit_cap)
+    logits = logits * (dims**-0.5 if scale is None else scale)
+    if logit_cap:
+        logits = logit_cap * jnp.tanh(logits / logit_cap)
     if mask is not None:
         logits = jnp.where(mask[:, :, None], logits, jnp.finfo(jnp.float32).min)
     probs = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
@@ -63,13 +92,15 @@ def capped_attention(
 
 def attend(
     query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
-    logit_cap: float = 0.0, *, is_causal: bool = False, segment_ids: jax.Array | None = None,
+    logit_cap: float = 0.0, *, scale: float | None = None, is_causal: bool = False,
+    segment_ids: jax.Array | None = None,
 ) -> jax.Array:
     """Masked attention, through the running backend's ``pax_core.dot_product_attention``
-    unless a logit cap is asked for; ``is_causal`` and ``segment_ids`` say how ``mask`` was
-    made, so that a fused kernel can make it itself."""
-    if logit_cap:
-        return capped_attention(query, key, value, mask, logit_cap)
+    unless a logit cap or a scale other than 1/sqrt(dim_per_head) is asked for; ``is_causal``
+    and ``segment_ids`` say how ``mask`` was made, so that a fused kernel can make it itself
+    (both must be off when the mask holds anything else, a sliding window's or a cache's)."""
+    if logit_cap or scale is not None:
+        return einsum_attention(query, key, value, mask, scale, logit_cap)
     return dot_product_attention(query, key, value, mask=mask, is_causal=is_causal,
                                  segment_ids=segment_ids)
 
@@ -79,15 +110,28 @@ class Attention(nn.Module):
 
     Weights: ``query`` kernel [d, heads, dim_per_head], ``key``/``value`` kernels
     [d, kv_heads, dim_per_head], ``out`` kernel [heads, dim_per_head, d]; with ``use_bias`` a
-    bias on each, shaped like its output ([heads, dim_per_head], [kv_heads, dim_per_head], [d]).
-    ``fp8_amax_history`` > 0 runs the four projections in FP8 (``Projection``); the attention
-    itself stays in ``dtype``.
+    bias on each, shaped like its output ([heads, dim_per_head], [kv_heads, dim_per_head], [d]);
+    with ``qkv_bias`` only on the query, key and value projections (Qwen 2). ``qk_norm``
+    normalises each head's queries and keys over dim_per_head after the projection and before
+    rotary (Qwen 3, Gemma 3), with a ``norm`` of their own (``query_norm``, ``key_norm``: scale
+    [dim_per_head] named "kv", plus a bias for layernorm) of kind ``norm``, ``norm_epsilon``
+    and ``norm_scale_offset``. ``fp8_amax_history`` > 0 runs the four projections in FP8
+    (``Projection``); the attention itself stays in ``dtype``.
+
+    ``query_scale`` multiplies the query-key logits (None: 1/sqrt(dim_per_head)). Rotary turns
+    the first ``int(dim_per_head * rotary_fraction)`` dimensions of each head by the
+    frequencies of ``rotary_base`` stretched by ``rotary_scaling``; the rest pass through.
+    ``sliding_window`` w > 0 limits a sliding layer's queries to the last w positions: every
+    layer's, or with ``global_every`` n > 0 the layer with index ``layer`` (a call argument
+    the stack passes) unless (layer + 1) % n == 0. The sliding layers rotate by the unscaled
+    frequencies of ``local_rotary_base`` when that is set (Gemma 3).
 
     ``decode=True`` keeps the keys and values of every position seen so far in the ``cache``
     collection as ``cached_key`` and ``cached_value`` ([B, max_seq_len, kv_heads, dim_per_head]
-    each); the caller passes the cache
-    index of the first token of the chunk as ``decode_start``. Writing past ``max_seq_len``
-    is not detected inside jit (the update clamps), so callers keep within it.
+    each; a sliding window is the mask's business, the cache still holds every position); the
+    caller passes the cache index of the first token of the chunk as ``decode_start``. Writing
+    past ``max_seq_len`` is not detected inside jit (the update clamps), so callers keep
+    within it.
     """
 
     num_heads: int
@@ -104,28 +148,70 @@ class Attention(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     fp8_amax_history: int = 0
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    norm: str = "rmsnorm"
+    norm_epsilon: float = 1e-6
+    norm_scale_offset: float = 0.0
+    query_scale: float | None = None
+    rotary_fraction: float = 1.0
+    rotary_scaling: RotaryScaling = NO_SCALING
+    sliding_window: int = 0
+    global_every: int = 0
+    local_rotary_base: float | None = None
 
     @nn.nowrap
     def num_weights(self, model_dims: int) -> int:
-        """The four projections' kernels and biases."""
+        """The four projections' kernels and biases, and the query and key norms' weights."""
         d, b, h = model_dims, int(self.use_bias), self.dim_per_head
-        return (d + b) * (self.num_heads + 2 * self.num_kv_heads) * h + (self.num_heads * h + b) * d
+        qkv_b = int(self.use_bias or self.qkv_bias)
+        qk_norms = 2 * (2 * h if self.norm == "layernorm" else h) if self.qk_norm else 0
+        return (d + qkv_b) * (self.num_heads + 2 * self.num_kv_heads) * h \
+            + (self.num_heads * h + b) * d + qk_norms
 
     @nn.nowrap
     def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
         """6 per weight, plus the scores and weighted values: 12 x heads x dim_per_head x
-        seq_len (PaLM's convention: the causal mask's saving is not discounted)."""
+        seq_len (PaLM's convention: neither the causal mask's saving nor a sliding window's
+        is discounted)."""
         return float(6 * self.num_weights(model_dims)
                      + 12 * self.num_heads * self.dim_per_head * seq_len)
 
     def _projection(
         self, features: tuple[int, ...], in_names: tuple[str, ...], out_names: tuple[str, ...],
-        name: str,
+        name: str, use_bias: bool,
     ) -> Projection:
         return Projection(
-            features, in_names, out_names, self.kernel_init, self.use_bias, self.dtype,
+            features, in_names, out_names, self.kernel_init, use_bias, self.dtype,
             self.param_dtype, self.fp8_amax_history, name=name,
         )
+
+    def _head_norm(self, name: str) -> Norm:
+        return Norm(self.norm, self.norm_epsilon, self.dtype, self.param_dtype,
+                    self.norm_scale_offset, axes.KV, name=name)
+
+    @nn.nowrap
+    def sliding(self, layer: int | jax.Array | None) -> Sliding | None:
+        """Whether layer ``layer`` slides: None when no layer does, else a Python bool for a
+        Python int ``layer`` and a traced boolean for a traced one."""
+        if not self.sliding_window:
+            return None
+        if not self.global_every:
+            return True
+        if layer is None:
+            raise ValueError("global_every > 0 needs the layer's index: call the attention with "
+                             "layer=<its index in the stack>")
+        return (layer + 1) % self.global_every != 0
+
+    @nn.nowrap
+    def frequencies(self, sliding: Sliding | None) -> np.ndarray | jax.Array:
+        """The rotary frequencies of a layer that slides or not (``sliding``)."""
+        dims = int(self.dim_per_head * self.rotary_fraction)
+        full = rotary_frequencies(dims, self.rotary_base, self.rotary_scaling)
+        if self.local_rotary_base is None or sliding is None or sliding is False:
+            return full
+        local = rotary_frequencies(dims, self.local_rotary_base)
+        return local if sliding is True else jnp.where(sliding, local, full)
 
     @nn.compact
     def __call__(
@@ -134,22 +220,35 @@ class Attention(nn.Module):
         positions: jax.Array,
         segment_ids: jax.Array | None = None,
         decode_start: jax.Array | None = None,
+        layer: int | jax.Array | None = None,
     ) -> jax.Array:
+        if self.sliding_window and not self.causal:
+            raise ValueError("sliding_window limits causal attention only; set causal=True or "
+                             "sliding_window=0")
         heads = (self.num_heads, self.dim_per_head)
         kv_heads = (self.num_kv_heads, self.dim_per_head)
-        query = self._projection(heads, (axes.EMBED,), (axes.HEADS, axes.KV), "query")(x)
-        key = self._projection(kv_heads, (axes.EMBED,), (axes.HEADS, axes.KV), "key")(x)
-        value = self._projection(kv_heads, (axes.EMBED,), (axes.HEADS, axes.KV), "value")(x)
+        qkv_bias = self.use_bias or self.qkv_bias
+        in_axes, out_axes = (axes.EMBED,), (axes.HEADS, axes.KV)
+        query = self._projection(heads, in_axes, out_axes, "query", qkv_bias)(x)
+        key = self._projection(kv_heads, in_axes, out_axes, "key", qkv_bias)(x)
+        value = self._projection(kv_heads, in_axes, out_axes, "value", qkv_bias)(x)
         query = checkpoint_name(query, remat.QUERY_PROJ)
         key = checkpoint_name(key, remat.KEY_PROJ)
         value = checkpoint_name(value, remat.VALUE_PROJ)
+        if self.qk_norm:
+            query = self._head_norm("query_norm")(query)
+            key = self._head_norm("key_norm")(key)
+        sliding = self.sliding(layer)
         if self.rotary:
-            query = apply_rotary(query, positions, self.rotary_base)
-            key = apply_rotary(key, positions, self.rotary_base)
+            frequencies = self.frequencies(sliding)
+            query = apply_rotary(query, positions, frequencies=frequencies)
+            key = apply_rotary(key, positions, frequencies=frequencies)
         query, key, value = (nn.with_logical_constraint(t, QKV_AXES) for t in (query, key, value))
 
+        offset: jax.Array | int = 0
         if self.decode:
             key, value = self._update_cache(key, value, decode_start)
+            offset = decode_start
             mask = causal_mask(query.shape[1], key.shape[1], decode_start)
             is_causal, segment_ids = False, None  # a cache's mask is offset: only the mask says it
         else:
@@ -158,11 +257,18 @@ class Attention(nn.Module):
             if segment_ids is not None:
                 segments = segment_mask(segment_ids)
                 mask = segments if mask is None else mask & segments
-        context = attend(query, key, value, mask, self.logit_cap, is_causal=is_causal,
-                         segment_ids=segment_ids)
+        if sliding is not None and sliding is not False:
+            window = window_mask(query.shape[1], key.shape[1], self.sliding_window, offset)
+            if sliding is not True:  # a scanned layer: the window applies where it slides
+                window = window | ~sliding
+            mask = window if mask is None else mask & window
+            is_causal, segment_ids = False, None  # only the mask says what a window hides
+        context = attend(query, key, value, mask, self.logit_cap, scale=self.query_scale,
+                         is_causal=is_causal, segment_ids=segment_ids)
         context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
 
-        out = self._projection((x.shape[-1],), (axes.HEADS, axes.KV), (axes.EMBED,), "out")(context)
+        out = self._projection((x.shape[-1],), out_axes, (axes.EMBED,), "out", self.use_bias)(
+            context)
         return checkpoint_name(out, remat.OUT_PROJ)
 
     def _update_cache(

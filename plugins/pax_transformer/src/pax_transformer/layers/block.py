@@ -1,10 +1,14 @@
 """One pre-norm transformer block: x + attention(norm(x)), then x + ffn(norm(x)).
 
+Or, with ``parallel_residual``, ``x + attention(norm(x)) + ffn(norm'(x))`` (GPT-NeoX; one
+shared norm with ``shared_norm``: Phi, GPT-J), and with ``post_norms`` each branch's output
+normalised before it is added (Gemma 2 and 3).
+
 ``BlockConfig`` carries the resolved settings a block needs, so that the stack and the scan can
 pass one hashable value instead of a dozen fields. Its attention and feed-forward are parts
 (``layers/parts.py``): templates the block completes with these settings, pax-transformer's
 ``Attention`` and ``FeedForward`` unless the config names others; the block's weight count and
-FLOPs are its parts' own.
+FLOPs are its norms' and its parts' own.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pax_transformer.layers.feedforward import FeedForward
 from pax_transformer.layers.initializers import dense_init
 from pax_transformer.layers.normalization import Norm
 from pax_transformer.layers.parts import build_part
+from pax_transformer.layers.positions import NO_SCALING, RotaryScaling
 
 ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
 
@@ -32,7 +37,15 @@ class BlockConfig:
     ``causal`` False lets every position attend to every other (an encoder's blocks: ViT).
     ``fp8_amax_history`` > 0 runs the attention and feed-forward projections in FP8 with
     delayed scaling over that many steps (0: in ``dtype``). ``attention`` and ``feed_forward``
-    are the parts' templates (None: ``Attention`` and ``FeedForward``)."""
+    are the parts' templates (None: ``Attention`` and ``FeedForward``). The fields after them
+    are ``TransformerLm``'s of the same names (its docstring says what each does), except
+    ``rotary_scaling``: a ``RotaryScaling`` holding its ``rotary_scaling`` and that kind's four
+    parameters. Their defaults are the plain pre-norm block.
+
+    With ``global_every`` > 0 the layers differ (sliding or global attention, their rotary
+    frequencies), so the stack calls each block with its layer index and the block hands it to
+    its attention part as ``layer``; an attention part of one's own then takes that argument.
+    """
 
     hidden_dims: int
     num_heads: int
@@ -55,6 +68,18 @@ class BlockConfig:
     fp8_amax_history: int = 0
     attention: Any = None
     feed_forward: Any = None
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    norm_scale_offset: float = 0.0
+    post_norms: bool = False
+    parallel_residual: bool = False
+    shared_norm: bool = False
+    query_scale: float | None = None
+    rotary_fraction: float = 1.0
+    rotary_scaling: RotaryScaling = NO_SCALING
+    sliding_window: int = 0
+    global_every: int = 0
+    local_rotary_base: float | None = None
 
     def attention_part(self, decode: bool = False, **kwargs: Any) -> nn.Module:
         """The attention part, completed with these settings (``kwargs``: its name)."""
@@ -64,7 +89,12 @@ class BlockConfig:
                  "rotary": self.rotary, "rotary_base": self.rotary_base,
                  "max_seq_len": self.max_seq_len, "causal": self.causal, "decode": decode,
                  "dtype": self.dtype, "param_dtype": self.param_dtype,
-                 "fp8_amax_history": self.fp8_amax_history}
+                 "fp8_amax_history": self.fp8_amax_history, "qkv_bias": self.qkv_bias,
+                 "qk_norm": self.qk_norm, "norm": self.norm, "norm_epsilon": self.norm_epsilon,
+                 "norm_scale_offset": self.norm_scale_offset, "query_scale": self.query_scale,
+                 "rotary_fraction": self.rotary_fraction, "rotary_scaling": self.rotary_scaling,
+                 "sliding_window": self.sliding_window, "global_every": self.global_every,
+                 "local_rotary_base": self.local_rotary_base}
         return build_part(self.attention or Attention, given, **kwargs)
 
     def feed_forward_part(self, **kwargs: Any) -> nn.Module:
@@ -79,23 +109,37 @@ class BlockConfig:
         """The weights of one of the block's norms."""
         return 2 * model_dims if self.norm == "layernorm" else model_dims
 
+    @property
+    def block_norms(self) -> int:
+        """How many norms a block holds: before attention, before the feed-forward unless the
+        two branches share one, and after each branch with ``post_norms``."""
+        before = 1 if self.parallel_residual and self.shared_norm else 2
+        return before + (2 if self.post_norms else 0)
+
 
 def block_weights(c: BlockConfig, model_dims: int) -> int:
     """The number of weights of one block with settings ``c`` over ``model_dims``-wide
-    activations: its two norms and its parts' (no tracing)."""
-    return (2 * c.norm_weights(model_dims) + c.attention_part().num_weights(model_dims)
+    activations: its norms' and its parts' (no tracing)."""
+    return (c.block_norms * c.norm_weights(model_dims)
+            + c.attention_part().num_weights(model_dims)
             + c.feed_forward_part().num_weights(model_dims))
 
 
 def block_train_flops_per_token(c: BlockConfig, model_dims: int, seq_len: int) -> float:
     """Training FLOPs one token costs in a block: 6 per norm weight, and its parts' own."""
-    return (6.0 * 2 * c.norm_weights(model_dims)
+    return (6.0 * c.block_norms * c.norm_weights(model_dims)
             + c.attention_part().train_flops_per_token(model_dims, seq_len)
             + c.feed_forward_part().train_flops_per_token(model_dims, seq_len))
 
 
 class TransformerBlock(nn.Module):
     """Pre-norm attention and feed-forward with residuals; dropout on each residual branch.
+
+    Sequential (``x + attention(attention_norm(x))``, then ``x + ffn(ffn_norm(x))``) or, with
+    ``parallel_residual``, both branches read the block's input (through ``attention_norm``
+    alone with ``shared_norm``); ``post_norms`` normalises each branch's output
+    (``post_attention_norm``, ``post_ffn_norm``) before it is added. ``layer`` is the block's
+    index in the stack, which the attention needs with ``global_every`` > 0.
 
     Returns ``(x, None)``, the (carry, output) shape that ``nn.scan`` expects, so that the same
     class serves both the looped and the scanned stack.
@@ -107,7 +151,8 @@ class TransformerBlock(nn.Module):
 
     def _norm(self, name: str) -> Norm:
         c = self.config
-        return Norm(c.norm, c.norm_epsilon, c.dtype, c.param_dtype, name=name)
+        return Norm(c.norm, c.norm_epsilon, c.dtype, c.param_dtype, c.norm_scale_offset,
+                    name=name)
 
     @nn.compact
     def __call__(
@@ -116,12 +161,25 @@ class TransformerBlock(nn.Module):
         positions: jax.Array,
         segment_ids: jax.Array | None,
         decode_start: jax.Array | None,
+        layer: int | jax.Array | None = None,
     ) -> tuple[jax.Array, None]:
         c = self.config
         dropout = nn.Dropout(c.dropout_rate, deterministic=not self.train)
+        per_layer = {"layer": layer} if c.global_every else {}
+        normed = self._norm("attention_norm")(x)
         h = c.attention_part(self.decode, name="attention")(
-            self._norm("attention_norm")(x), positions, segment_ids, decode_start)
-        x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)
-        h = c.feed_forward_part(name="ffn")(self._norm("ffn_norm")(x))
-        x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)
-        return x, None
+            normed, positions, segment_ids, decode_start, **per_layer)
+        if c.post_norms:
+            h = self._norm("post_attention_norm")(h)
+        if c.parallel_residual:
+            ffn_in = normed if c.shared_norm else self._norm("ffn_norm")(x)
+            x = x + dropout(h) + dropout(self._ffn(ffn_in))
+        else:
+            x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)
+            x = x + dropout(self._ffn(self._norm("ffn_norm")(x)))
+        return nn.with_logical_constraint(x, ACTIVATION_AXES), None
+
+    def _ffn(self, x: jax.Array) -> jax.Array:
+        """The feed-forward branch, with its post norm if any."""
+        h = self.config.feed_forward_part(name="ffn")(x)
+        return self._norm("post_ffn_norm")(h) if self.config.post_norms else h

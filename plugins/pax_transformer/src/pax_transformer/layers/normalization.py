@@ -29,12 +29,21 @@ NORMS = ("layernorm", "rmsnorm")
 
 
 class Norm(nn.Module):
-    """LayerNorm (``kind="layernorm"``) or RMSNorm (``kind="rmsnorm"``) over the last axis."""
+    """LayerNorm (``kind="layernorm"``) or RMSNorm (``kind="rmsnorm"``) over the last axis.
+
+    The normalised values are multiplied by ``scale_offset + scale``: Gemma stores its scales
+    as ``scale - 1`` (offset 1.0), and a scale starts at ``1 - scale_offset`` so that a fresh
+    norm multiplies by one whatever the offset. ``axis_name`` is the logical name of the
+    normalised axis (the weights'): "embed" for the activations, "kv" for a head's queries or
+    keys.
+    """
 
     kind: str = "layernorm"
     epsilon: float = 1e-6
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
+    scale_offset: float = 0.0
+    axis_name: str = axes.EMBED
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -44,13 +53,17 @@ class Norm(nn.Module):
         if self.kind == "layernorm":
             y = y - jnp.mean(y, axis=-1, keepdims=True)
         y = y * jax.lax.rsqrt(jnp.mean(jnp.square(y), axis=-1, keepdims=True) + self.epsilon)
-        scale = self.param(
-            "scale", partitioned(nn.initializers.ones, (axes.EMBED,)), (dims,), self.param_dtype
-        )
-        y = y * scale.astype(jnp.float32)
+        names = (self.axis_name,)
+        scale_init = (nn.initializers.constant(1.0 - self.scale_offset) if self.scale_offset
+                      else nn.initializers.ones)
+        scale = self.param("scale", partitioned(scale_init, names), (dims,), self.param_dtype)
+        scale = scale.astype(jnp.float32)
+        if self.scale_offset:
+            scale = self.scale_offset + scale
+        y = y * scale
         if self.kind == "layernorm":
             bias = self.param(
-                "bias", partitioned(nn.initializers.zeros, (axes.EMBED,)), (dims,), self.param_dtype
+                "bias", partitioned(nn.initializers.zeros, names), (dims,), self.param_dtype
             )
             y = y + bias.astype(jnp.float32)
         return y.astype(self.dtype)

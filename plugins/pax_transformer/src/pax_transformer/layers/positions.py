@@ -2,22 +2,82 @@
 
 Every variant takes explicit ``positions`` [B, L] rather than assuming ``arange(L)``: packed
 sequences restart at 0 in each segment, and a decoding step sits at its cache index.
+
+Rotary frequencies are computed once, in numpy float32, in the order of operations Hugging Face
+transformers uses (``inv_freq = 1 / base**(arange(0, R, 2) / R)``, then its rope scaling), and a
+token's angle is ``position * inv_freq`` in float32: at positions in the thousands an angle
+carries an absolute error of about one float32 step (2.4e-4 at 4000), so a checkpoint trained
+with those numbers only reproduces its logits when the angles are rounded the same way.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax.typing import Initializer
 
 from pax_core import axes
 from pax_transformer.layers.initializers import partitioned
 
 POSITIONS = ("rotary", "sinusoidal", "learned", "none")
+ROTARY_SCALINGS = ("none", "linear", "llama3")
+
+
+@dataclasses.dataclass(frozen=True)
+class RotaryScaling:
+    """How rotary frequencies are stretched for contexts longer than the ones trained on.
+
+    ``kind`` "none" keeps them; "linear" divides every frequency by ``factor`` (position
+    interpolation, Hugging Face's rope_type "linear"); "llama3" (Llama 3.1's) keeps the high
+    frequencies (wavelength below ``original_max_len / high_freq_factor``), divides the low ones
+    (wavelength above ``original_max_len / low_freq_factor``) by ``factor`` and blends the ones
+    between.
+    """
+
+    kind: str = "none"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_len: int = 8192
+
+    def apply(self, inv_freq: np.ndarray) -> np.ndarray:
+        """float32 inverse frequencies -> the scaled ones, float32, rounded as Hugging Face's
+        torch code rounds them (a Python scalar divided by a tensor is the tensor's reciprocal
+        times the scalar there)."""
+        f32 = np.float32
+        if self.kind == "none":
+            return inv_freq
+        factor = f32(self.factor)
+        if self.kind == "linear":
+            return inv_freq / factor
+        wavelen = (f32(1.0) / inv_freq) * f32(2 * math.pi)
+        low_wavelen = self.original_max_len / self.low_freq_factor
+        high_wavelen = self.original_max_len / self.high_freq_factor
+        scaled = np.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+        smooth = ((f32(1.0) / wavelen) * f32(self.original_max_len) - f32(self.low_freq_factor)) \
+            / f32(self.high_freq_factor - self.low_freq_factor)
+        smoothed = (f32(1.0) - smooth) * scaled / factor + smooth * scaled
+        medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+        return np.where(medium, smoothed, scaled).astype(f32)
+
+
+NO_SCALING = RotaryScaling()
+
+
+def rotary_frequencies(
+    dims: int, base: float, scaling: RotaryScaling | None = None
+) -> np.ndarray:
+    """The [dims // 2] float32 inverse frequencies of ``dims`` rotating dimensions:
+    ``1 / base**(2i / dims)``, then ``scaling``."""
+    exponents = np.arange(0, dims, 2).astype(np.float32) / np.float32(dims)
+    inv_freq = np.float32(1.0) / (np.float32(base) ** exponents)
+    return (scaling or NO_SCALING).apply(inv_freq)
 
 
 def sinusoidal(positions: jax.Array, dims: int, dtype: Any = jnp.float32) -> jax.Array:
@@ -34,19 +94,29 @@ def sinusoidal(positions: jax.Array, dims: int, dtype: Any = jnp.float32) -> jax
     return signal.astype(dtype)
 
 
-def apply_rotary(x: jax.Array, positions: jax.Array, base: float = 10000.0) -> jax.Array:
-    """Rotate ``x`` [B, L, N, H] by its positions [B, L], rotate-half convention (H even).
+def apply_rotary(
+    x: jax.Array, positions: jax.Array, base: float = 10000.0,
+    frequencies: np.ndarray | jax.Array | None = None,
+) -> jax.Array:
+    """Rotate ``x`` [B, L, N, H] by its positions [B, L], rotate-half convention.
 
-    Dimension i of the first half pairs with dimension i of the second half and turns by
-    ``position / base**(2i/H)``; computed in float32 and returned in ``x``'s dtype.
+    ``frequencies`` [R/2] (``rotary_frequencies``) rotate the first R dimensions of each head
+    (R even, at most H): dimension i of the first R/2 pairs with dimension i of the next R/2
+    and turns by ``position * frequencies[i]``; dimensions R.. pass through (partial rotary).
+    None: ``rotary_frequencies(H, base)``, every dimension. Computed in float32 and returned
+    in ``x``'s dtype.
     """
-    half = x.shape[-1] // 2
-    timescale = base ** (2.0 * jnp.arange(half, dtype=jnp.float32) / x.shape[-1])
-    angle = positions.astype(jnp.float32)[:, :, None, None] / timescale
+    if frequencies is None:
+        frequencies = rotary_frequencies(x.shape[-1], base)
+    rotating = 2 * frequencies.shape[-1]
+    angle = positions.astype(jnp.float32)[:, :, None, None] * jnp.asarray(frequencies)
     sin, cos = jnp.sin(angle), jnp.cos(angle)
-    first, second = jnp.split(x.astype(jnp.float32), 2, axis=-1)
-    rotated = jnp.concatenate([first * cos - second * sin, second * cos + first * sin], axis=-1)
-    return rotated.astype(x.dtype)
+    y = x.astype(jnp.float32)
+    first, second = jnp.split(y[..., :rotating], 2, axis=-1)
+    rotated = [first * cos - second * sin, second * cos + first * sin]
+    if rotating < x.shape[-1]:
+        rotated.append(y[..., rotating:])
+    return jnp.concatenate(rotated, axis=-1).astype(x.dtype)
 
 
 class LearnedPositions(nn.Module):

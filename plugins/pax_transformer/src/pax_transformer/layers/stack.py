@@ -7,6 +7,10 @@ instead of n, which pays off with depth; the two give the same function of the s
 (``stack_layer_params`` converts one layout into the other).
 
 With ``remat_policy`` each block is wrapped in ``nn.remat`` with that policy.
+
+With ``global_every`` > 0 the blocks differ (sliding or global attention): each is called with
+its layer index, a Python int in the loop and, in the scan, a scanned input ``arange(n)`` (so
+the one traced block computes every layer's window and rotary frequencies from data).
 """
 
 from __future__ import annotations
@@ -48,22 +52,24 @@ class TransformerStack(nn.Module):
             block = nn.remat(
                 block, policy=remat_policy(self.remat_policy), prevent_cse=not self.scan_layers
             )
+        per_layer = self.config.global_every > 0
         if self.scan_layers:
             block = nn.scan(
                 block,
                 variable_axes={"params": 0, "cache": 0, OVERWRITE_WITH_GRADIENT: 0},
                 split_rngs={"params": True, "dropout": True},
-                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+                in_axes=(nn.broadcast, nn.broadcast, nn.broadcast) + ((0,) if per_layer else ()),
                 length=self.num_layers,
                 metadata_params={nn.PARTITION_NAME: axes.LAYERS},
             )
+            layers = (jnp.arange(self.num_layers),) if per_layer else ()
             x, _ = block(self.config, self.train, self.decode, name="layers")(
-                x, positions, segment_ids, decode_start
+                x, positions, segment_ids, decode_start, *layers
             )
             return x
         for i in range(self.num_layers):
             x, _ = block(self.config, self.train, self.decode, name=f"layer_{i}")(
-                x, positions, segment_ids, decode_start
+                x, positions, segment_ids, decode_start, *((i,) if per_layer else ())
             )
         return x
 

@@ -1,0 +1,136 @@
+"""``pax import FORMAT SOURCE --output JOB_DIR``: a model from another framework's files, as a
+new job directory that ``pax train``, ``pax eval`` and ``pax decode`` use as it is.
+
+The format (``pax_core.models.weight_format``) says which experiment rebuilds the source's
+model and yields its weights one tensor at a time; this module does the rest, the same for
+every format: each tensor is checked against the model's parameters (name, shape) and placed
+on the devices as it arrives, so the host holds one tensor at a time; the job's run is
+recorded (its experiment and overrides, as ``pax train`` records them, so the job's readers
+and ``pax train`` without ``--exp`` rebuild the same model); carried files go to
+``JOB_DIR/assets``; and step 0 is saved as a weights-only checkpoint, from which ``pax
+train`` starts the optimizer afresh. The job is built in ``JOB_DIR.partial`` and renamed into
+place when complete, so a failed or interrupted import leaves no job behind.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from pax_core.checkpointers.base import Weights
+from pax_core.commands.jobs import config_text, prepare_run
+from pax_core.errors import PaxError, RunError, UsageError
+from pax_core.files import is_remote, storage_failure
+from pax_core.models.weight_format import ParamPath
+from pax_core.plugins.host import PluginHost
+from pax_core.run.build import weight_format
+from pax_core.run.jobdir import JobDir
+from pax_core.run.state import count_params
+
+ASSETS = "assets"
+
+
+def import_job(host: PluginHost, *, format_name: str, source: str, output: str,
+               exp: str | None = None, set_items: list[str] | None = None,
+               platform: str | None = None) -> dict[str, Any]:
+    """Import ``source`` (read by the format ``format_name``) as the job ``output``; returns
+    what was imported (experiment, parameter count, description)."""
+    if is_remote(output):
+        raise UsageError(f"--output {output}: pax import writes a local job directory (it is "
+                         f"renamed into place when complete); copy it to the bucket after")
+    src = Path(source).expanduser().resolve()
+    if not src.exists():
+        raise UsageError(f"{source} does not exist; give the folder (or file) to import")
+    target = Path(output).expanduser().resolve()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise UsageError(f"--output {target} exists and is not empty; choose a new directory "
+                         f"(nothing was changed)")
+    partial = target.with_name(target.name + ".partial")
+    if partial.exists():
+        raise UsageError(f"--output {target}: {partial} exists: another pax import to it is "
+                         f"running, or one was interrupted; if none is running, remove it and "
+                         f"import again (nothing was changed)")
+    fmt = weight_format(host, format_name)
+    found = fmt.inspect(src, target / ASSETS, exp, list(set_items or []))
+    jd = JobDir(partial)
+    run = prepare_run(host, found.experiment, None, found.overrides, jd, platform, None,
+                      read_data=False)
+    try:
+        partial.mkdir(parents=True)
+    except OSError as e:
+        raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
+                         f"directory (nothing was changed)") from None
+    try:
+        params = _placed(fmt.read(src, run.task.model), run.abstract_state.params, src)
+        _write_job(host, run, jd, found, params)
+        if target.exists():
+            target.rmdir()  # empty, checked above
+        partial.rename(target)
+    except BaseException as e:
+        shutil.rmtree(partial, ignore_errors=True)  # made by this import, above
+        failure = storage_failure(e, partial.parent) if isinstance(e, Exception) else None
+        if failure is None:
+            raise
+        raise RunError(f"--output {target} could not be written ({failure[0]}): "
+                       f"{failure[1]}, then import again") from e
+    return {"experiment": found.experiment, "overrides": found.overrides,
+            "num_params": count_params(params), "source": str(src),
+            "description": found.description, "job_dir": str(target)}
+
+
+def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any, params: Any) -> None:
+    assets = jd.path / ASSETS
+    if found.files:
+        assets.mkdir()
+        for name, path in found.files.items():
+            shutil.copyfile(path, assets / name)
+    checkpointer = run.make_checkpointer(str(jd.checkpoints))
+    try:
+        checkpointer.save(0, Weights(params), {})
+    finally:
+        checkpointer.close()
+    jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
+              config_json=run.resolved.to_json(), config_text=config_text(run.resolved, host),
+              plugins=host.active_versions(), extra={"imported_from": found.description})
+
+
+def _placed(tensors: Any, abstract: Any, source: Path) -> Any:
+    """The parameters from the format's ``(path, array)`` pairs, each checked against the
+    model's and put on the devices where the run keeps it before the next is read."""
+    leaves = {_key(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+    placed: dict[ParamPath, jax.Array] = {}
+    try:
+        for path, array in tensors:
+            name = "/".join(path)
+            want = leaves.get(path)
+            if want is None:
+                raise UsageError(f"{source}: the weights hold {name}, which this model does "
+                                 f"not have; the source's configuration and weights disagree")
+            if path in placed:
+                raise UsageError(f"{source}: {name} comes twice in the weights")
+            if tuple(array.shape) != tuple(want.shape):
+                raise UsageError(f"{source}: {name} is {tuple(array.shape)} in the weights and "
+                                 f"{tuple(want.shape)} in the model its configuration describes")
+            value = np.asarray(array, want.dtype)
+            placed[path] = jax.make_array_from_callback(
+                want.shape, want.sharding, lambda index, v=value: v[index])
+    except PaxError:
+        raise
+    except (OSError, ValueError) as e:  # the format's reading of a damaged file
+        raise UsageError(f"{source}: its weights do not read ({e}); check the files (nothing "
+                         f"was written)") from None
+    missing = sorted("/".join(p) for p in leaves if p not in placed)
+    if missing:
+        raise UsageError(f"{source}: the weights lack {missing[0]}"
+                         f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}, which "
+                         f"the model its configuration describes holds")
+    structure = jax.tree.structure(abstract)
+    return jax.tree.unflatten(structure, [placed[p] for p in leaves])
+
+
+def _key(path: tuple) -> ParamPath:
+    return tuple(str(getattr(k, "key", k)) for k in path)

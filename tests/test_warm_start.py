@@ -1,0 +1,94 @@
+"""Warm starts (``pax train --init-from``, Pax's ``init_from_checkpoint_rules``): a new job's
+weights come from another job (or an export), mapped by rules, on this job's devices; a
+resumed job never reads the source again; what cannot be mapped stops the run in one line
+before anything is written."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pax_core.testing import read_params, run_pax
+
+pytestmark = pytest.mark.slow
+
+# A learning rate too small to move any weight by more than 1e-20 in the one step the jobs
+# below train: their checkpoints hold the weights they started from (a rate of 0 is refused).
+FROZEN = ("--set", "task.train.learner.optimizer.learning_rate=1e-30")
+ATOL = 1e-20
+
+
+def _train(job: Path, steps: int, *extra: str):
+    return run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(job), "--set",
+                   f"NUM_TRAIN_STEPS={steps}", *extra)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> Path:
+    """A job trained 20 steps: weights far from any fresh start."""
+    job = tmp_path_factory.mktemp("source") / "job"
+    result = _train(job, 20)
+    assert result.returncode == 0, result.stderr
+    return job
+
+
+@pytest.fixture(scope="module")
+def fresh(tmp_path_factory) -> dict[str, np.ndarray]:
+    """The weights a new job starts from without a warm start."""
+    job = tmp_path_factory.mktemp("fresh") / "job"
+    result = _train(job, 1, *FROZEN)
+    assert result.returncode == 0, result.stderr
+    return read_params(job)
+
+
+def test_a_new_job_starts_from_the_source_and_resumes_from_itself(source, fresh, tmp_path):
+    job = tmp_path / "job"
+    result = _train(job, 1, "--init-from", str(source), *FROZEN)
+    assert result.returncode == 0, result.stderr
+    started, trained = read_params(job), read_params(source)
+    assert started.keys() == trained.keys() and started.keys() == fresh.keys()
+    for key, value in trained.items():
+        np.testing.assert_allclose(started[key], value, rtol=0, atol=ATOL, err_msg=key)
+        assert np.abs(fresh[key] - value).max() > 1e-3, key
+    moved = tmp_path / "moved"
+    shutil.move(source, moved)  # a resumed job must not need its source
+    try:
+        again = run_pax("train", "--job-dir", str(job), "--set", "NUM_TRAIN_STEPS=2")
+    finally:
+        shutil.move(moved, source)
+    assert again.returncode == 0, again.stderr
+    assert "resuming from step 1" in again.stdout
+
+
+def test_ignored_parameters_keep_their_fresh_values(source, fresh, tmp_path):
+    job = tmp_path / "job"
+    result = _train(job, 1, "--init-from", str(source), *FROZEN,
+                    "--set", "task.train.init_from_ignore=('.*bias',)")
+    assert result.returncode == 0, result.stderr
+    started, trained = read_params(job), read_params(source)
+    biases = [k for k in started if k.endswith("['bias']")]
+    assert biases and len(biases) < len(started)
+    for key in started:
+        np.testing.assert_allclose(started[key], fresh[key] if key in biases else trained[key],
+                                   rtol=0, atol=ATOL, err_msg=key)
+
+
+def test_a_rule_that_maps_to_nothing_stops_in_one_line(source, tmp_path):
+    job = tmp_path / "job"
+    result = _train(job, 1, "--init-from", str(source), "--set",
+                    "task.train.init_from_rules=[('(.*)kernel', '{}weights')]")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "cannot be initialised" in result.stderr and "init_from_partial" in result.stderr
+    assert not (job / "checkpoints").exists() or not any((job / "checkpoints").iterdir())
+
+
+def test_a_source_that_is_not_a_model_stops_in_one_line(tmp_path):
+    (tmp_path / "notes").mkdir()
+    result = _train(tmp_path / "job", 1, "--init-from", str(tmp_path / "notes"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "is neither a job directory" in result.stderr
