@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
 import jax
@@ -85,6 +86,20 @@ class Checkpointer(abc.ABC):
         Saves may complete in the background; starting a save waits for the previous one, so
         once ``save`` returns every earlier step is committed.
         """
+
+    def save_weights(self, step: int, tensors: Iterable[tuple[tuple[str, ...], Any]]) -> None:
+        """Save a weights-only step (``Weights``: ``pax import``) from parameters arriving one
+        at a time as ``(key path, host array)``, and wait until it is committed. This one
+        gathers them and saves them together; a checkpointer that can write a step piecewise
+        (Orbax) holds one at a time."""
+        params: dict[str, Any] = {}
+        for path, array in tensors:
+            node = params
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = array
+        self.save(step, Weights(params), {})
+        self.wait()
 
     @abc.abstractmethod
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:

@@ -16,7 +16,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from pax_core.checkpointers import integrity
@@ -33,6 +33,7 @@ from pax_core.files import is_remote, job_path, move, remove_tree, storage_failu
 
 TMP_MARK = ".orbax-checkpoint-tmp"
 COMMITTED = "commit_success.txt"  # Orbax's mark of a complete step in a bucket
+WEIGHTS_GROUP_BYTES = 64 * 2**20  # a weights-only step's tensors are written this many at once
 
 
 def _unfinished(root: Any) -> Iterator[Any]:
@@ -201,6 +202,32 @@ class OrbaxCheckpointer(Checkpointer):
             self._unrecorded.append(step)
         return started
 
+    def save_weights(self, step: int, tensors: Iterable[tuple[tuple[str, ...], Any]]) -> None:
+        """The tensors written into the step as they come, a group of up to
+        ``WEIGHTS_GROUP_BYTES`` at a time (Orbax's partial saving, staged beside the step and
+        moved into place by its final call; each call has a cost of its own, so tensors are
+        not written singly), then the step's checksums."""
+        from orbax.checkpoint.experimental.v1 import partial
+
+        self._writable()
+        target = self._root / str(step)
+        group: dict[str, Any] = {}
+        held = 0
+        for path, array in tensors:
+            node = group
+            for key in path[:-1]:
+                node = node.setdefault(key, {})
+            node[path[-1]] = array
+            held += array.nbytes
+            if held >= WEIGHTS_GROUP_BYTES:
+                partial.save(target, {"params": group})
+                group, held = {}, 0
+        if group:
+            partial.save(target, {"params": group})
+        partial.finalize(target)
+        self._manager.reload()
+        integrity.record(target)
+
     def _record_committed(self) -> None:
         if self._primary:
             for step in self._unrecorded:
@@ -237,11 +264,14 @@ class OrbaxCheckpointer(Checkpointer):
             raise DamagedCheckpoint(f"its metadata does not read ({first_line(e, 300)})") from e
         check_params_match(step, saved["params"], abstract_state.params)
         weights_only = "opt_state" not in saved
-        target = (_weights_tree(saved, abstract_state) if weights_only else abstract_state)
-        args = self._ocp.args.Composite(
-            state=self._ocp.args.StandardRestore(target),
-            input=self._ocp.args.JsonRestore(),
-        )
+        if weights_only:  # no input position either
+            args = self._ocp.args.Composite(
+                state=self._ocp.args.StandardRestore(_weights_tree(saved, abstract_state)))
+        else:
+            args = self._ocp.args.Composite(
+                state=self._ocp.args.StandardRestore(abstract_state),
+                input=self._ocp.args.JsonRestore(),
+            )
         try:
             restored = self._manager.restore(step, args=args)
         except Exception as e:

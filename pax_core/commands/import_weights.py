@@ -3,25 +3,27 @@ new job directory that ``pax train``, ``pax eval`` and ``pax decode`` use as it 
 
 The format (``pax_core.models.weight_format``) says which experiment rebuilds the source's
 model and yields its weights one tensor at a time; this module does the rest, the same for
-every format: each tensor is checked against the model's parameters (name, shape) and placed
-on the devices as it arrives, so the host holds one tensor at a time; the job's run is
-recorded (its experiment and overrides, as ``pax train`` records them, so the job's readers
-and ``pax train`` without ``--exp`` rebuild the same model); carried files go to
-``JOB_DIR/assets``; and step 0 is saved as a weights-only checkpoint, from which ``pax
-train`` starts the optimizer afresh. The job is built in ``JOB_DIR.partial`` and renamed into
-place when complete, so a failed or interrupted import leaves no job behind.
+every format: each tensor is checked against the model's parameters (name, shape) and handed
+to the checkpointer as it arrives (``Checkpointer.save_weights``: Orbax writes each into the
+step as it comes), so the host holds one tensor at a time; the job's run is recorded (its
+experiment and overrides, as ``pax train`` records them, so the job's readers and ``pax
+train`` without ``--exp`` rebuild the same model); carried files go to ``JOB_DIR/assets``;
+and step 0 is a weights-only checkpoint, from which ``pax train`` starts the optimizer
+afresh. The job is built in ``JOB_DIR.partial`` and renamed into place when complete, so a
+failed or interrupted import leaves no job behind.
 """
 
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
-from pax_core.checkpointers.base import Weights
 from pax_core.commands.jobs import config_text, prepare_run
 from pax_core.errors import PaxError, RunError, UsageError
 from pax_core.files import is_remote, storage_failure
@@ -65,8 +67,8 @@ def import_job(host: PluginHost, *, format_name: str, source: str, output: str,
         raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
                          f"directory (nothing was changed)") from None
     try:
-        params = _placed(fmt.read(src, run.task.model), run.abstract_state.params, src)
-        _write_job(host, run, jd, found, params)
+        tensors = _checked(fmt.read(src, run.task.model), run.abstract_state.params, src)
+        _write_job(host, run, jd, found, tensors)
         if target.exists():
             target.rmdir()  # empty, checked above
         partial.rename(target)
@@ -78,11 +80,12 @@ def import_job(host: PluginHost, *, format_name: str, source: str, output: str,
         raise RunError(f"--output {target} could not be written ({failure[0]}): "
                        f"{failure[1]}, then import again") from e
     return {"experiment": found.experiment, "overrides": found.overrides,
-            "num_params": count_params(params), "source": str(src),
+            "num_params": count_params(run.abstract_state.params), "source": str(src),
             "description": found.description, "job_dir": str(target)}
 
 
-def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any, params: Any) -> None:
+def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any,
+               tensors: Iterator[tuple[ParamPath, np.ndarray]]) -> None:
     assets = jd.path / ASSETS
     if found.files:
         assets.mkdir()
@@ -90,7 +93,7 @@ def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any, params: Any) 
             shutil.copyfile(path, assets / name)
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     try:
-        checkpointer.save(0, Weights(params), {})
+        checkpointer.save_weights(0, tensors)
     finally:
         checkpointer.close()
     jd.record(experiment=run.resolved.name, overrides=run.resolved.overrides,
@@ -98,11 +101,13 @@ def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any, params: Any) 
               plugins=host.active_versions(), extra={"imported_from": found.description})
 
 
-def _placed(tensors: Any, abstract: Any, source: Path) -> Any:
-    """The parameters from the format's ``(path, array)`` pairs, each checked against the
-    model's and put on the devices where the run keeps it before the next is read."""
+def _checked(tensors: Iterator[tuple[ParamPath, np.ndarray]], abstract: Any, source: Path
+             ) -> Iterator[tuple[ParamPath, np.ndarray]]:
+    """The format's ``(path, array)`` pairs, each checked against the model's parameters as it
+    passes (its path, that it comes once, its shape), in the source's dtype (a restore widens
+    it); once they are all through, that none is missing."""
     leaves = {_key(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
-    placed: dict[ParamPath, jax.Array] = {}
+    seen: set[ParamPath] = set()
     try:
         for path, array in tensors:
             name = "/".join(path)
@@ -110,26 +115,25 @@ def _placed(tensors: Any, abstract: Any, source: Path) -> Any:
             if want is None:
                 raise UsageError(f"{source}: the weights hold {name}, which this model does "
                                  f"not have; the source's configuration and weights disagree")
-            if path in placed:
+            if path in seen:
                 raise UsageError(f"{source}: {name} comes twice in the weights")
             if tuple(array.shape) != tuple(want.shape):
                 raise UsageError(f"{source}: {name} is {tuple(array.shape)} in the weights and "
                                  f"{tuple(want.shape)} in the model its configuration describes")
-            value = np.asarray(array, want.dtype)
-            placed[path] = jax.make_array_from_callback(
-                want.shape, want.sharding, lambda index, v=value: v[index])
+            if not jnp.issubdtype(array.dtype, jnp.floating):  # bfloat16 included
+                raise UsageError(f"{source}: {name} holds {array.dtype} values, not weights")
+            seen.add(path)
+            yield path, array
     except PaxError:
         raise
     except (OSError, ValueError) as e:  # the format's reading of a damaged file
         raise UsageError(f"{source}: its weights do not read ({e}); check the files (nothing "
                          f"was written)") from None
-    missing = sorted("/".join(p) for p in leaves if p not in placed)
+    missing = sorted("/".join(p) for p in leaves if p not in seen)
     if missing:
         raise UsageError(f"{source}: the weights lack {missing[0]}"
                          f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}, which "
                          f"the model its configuration describes holds")
-    structure = jax.tree.structure(abstract)
-    return jax.tree.unflatten(structure, [placed[p] for p in leaves])
 
 
 def _key(path: tuple) -> ParamPath:

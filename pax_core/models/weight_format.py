@@ -7,9 +7,9 @@ files and a Pax model's parameters. So a format answers three questions and writ
 a job itself: which experiment (and which ``--set`` overrides) rebuilds the source's model
 (``inspect``), what the source's weights are, one tensor at a time (``read``), and how a job's
 parameters are written in its layout (``write``). The importer checks every tensor against the
-model's parameters, places each on the devices as it arrives (so the host holds one tensor at a
-time, not the model) and saves a weights-only step 0 that ``pax train`` continues from with a
-fresh optimizer state.
+model's parameters as it passes to the checkpointer, which writes a weights-only step 0 as the
+tensors arrive (``Checkpointer.save_weights``: the host holds a few tensors at a time, not the
+model), and ``pax train`` continues from it with a fresh optimizer state.
 """
 
 from __future__ import annotations

@@ -145,3 +145,27 @@ def test_the_commands_of_the_readme_work_as_written(tmp_path):
     tuned = transformers.AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32)
     assert type(tuned) is type(model)
     assert (out / "tokenizer.json").exists()
+
+
+def test_a_scanned_stack_imports_and_exports_the_same_model(host, tmp_path):
+    """With the layers scanned (each weight of all layers in one array, as the named
+    experiments run them), the same logits come out, and the export is the same folder."""
+    source = tmp_path / "hf"
+    model = save_family("gemma3", source)
+    job = tmp_path / "job"
+    import_job(host, format_name="hf", source=str(source), output=str(job),
+               set_items=["USE_REPEATED_LAYER=True"])
+    decoder, params, _ = _pax(host, job)
+    assert decoder.scan_layers and "layers" in params["stack"]
+    with torch.no_grad():
+        expected = model(torch.tensor(IDS)).logits.numpy()
+    logits = np.asarray(jax.jit(decoder.apply)({"params": params}, IDS))
+    np.testing.assert_allclose(logits, expected, atol=1e-4, rtol=0)
+    out = tmp_path / "exported"
+    export_params(host, job_dir=str(job), output=str(out), format_name="hf")
+    loaded, info = transformers.AutoModelForCausalLM.from_pretrained(
+        out, output_loading_info=True, dtype=torch.float32)
+    assert not info["missing_keys"] and not info["unexpected_keys"], info
+    original = model.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor, original[name]), name

@@ -48,6 +48,13 @@ _BY_MODULE = {
     ],
 }
 
+# The published sizes of the open families (open_models.py), by name.
+_OPEN_MODELS = {
+    "Llama3_1_8B": "Llama 3.1 8B", "Llama3_1_70B": "Llama 3.1 70B", "Llama3_2_1B": "Llama 3.2 1B",
+    "Llama3_2_3B": "Llama 3.2 3B", "Mistral7B": "Mistral 7B", "Qwen2_5_7B": "Qwen 2.5 7B",
+    "Qwen3_8B": "Qwen 3 8B", "Gemma2_9B": "Gemma 2 9B", "Gemma3_4B": "Gemma 3 4B's text decoder",
+}
+
 # Names Pax's README used for classes that were renamed since.
 _OLD_NAMES = {"C4SpmdPipelineGpt3SmallAdam8Replicas": ("C4SpmdPipelineGpt3SmallAdam64Replicas",)}
 
@@ -66,6 +73,9 @@ EXPERIMENTS: list[ExperimentRef] = [
                   "1.8M-parameter GPT on the King James Bible, bytes; minutes on a laptop CPU"),
     ExperimentRef("OpenWeightsLm", "pax_lm.experiments.open_weights:OpenWeightsLm",
                   "an imported open-weights decoder (pax import hf), continued on text"),
+    *(ExperimentRef(name, f"pax_lm.experiments.open_models:{name}", f"{label} (open weights: "
+                    f"pax import hf its folder, or --init-from it)")
+      for name, label in _OPEN_MODELS.items()),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
     ExperimentRef("TinyPipelinedLmForTests",

@@ -189,7 +189,8 @@ def _gemma(cfg: dict[str, Any]) -> dict[str, Any]:
            "ACTIVATION": _activation(cfg, "hidden_activation", "hidden_act")}
     if cfg["model_type"] == "gemma":
         return {**out, **_rope(cfg)}
-    out.update(_layer_pattern(cfg, 2))
+    # Gemma 3 configurations written before ``layer_types`` give the period instead.
+    out.update(_layer_pattern(cfg, cfg.get("sliding_window_pattern", 2)))
     out.update({"QUERY_SCALE": float(_need(cfg, "query_pre_attn_scalar")) ** -0.5,
                 "ATTEN_LOGIT_CAP": float(cfg.get("attn_logit_softcapping") or 0.0),
                 "SOFTMAX_CAP": float(cfg.get("final_logit_softcapping") or 0.0)})

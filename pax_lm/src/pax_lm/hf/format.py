@@ -103,7 +103,7 @@ class HfFormat(WeightFormat):
                 if info.shape != shape:
                     raise UsageError(f"{source}: {name} is {info.shape} in the weights and "
                                      f"{shape} in config.json's model")
-                arrays.append(read_tensor(info).astype(np.float32))
+                arrays.append(read_tensor(info))
                 used.add(name)
             for path, array in zip(entry.pax, entry.to_pax(arrays), strict=True):
                 yield ("decoder", *path), array
