@@ -173,8 +173,9 @@ def hf(session: nox.Session) -> None:
     session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
                     "-e", "pax_lm[corpus]", *HF_TEST_REQUIREMENTS)
     _pip_check(session)
+    # One file of independent tests: spread test by test over the cores.
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "-n", "auto",
-                "--dist", "loadfile", "pax_lm/tests_hf", *session.posargs,
+                "--dist", "load", "pax_lm/tests_hf", *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 
