@@ -88,10 +88,11 @@ def test_a_family_imports_and_exports_exactly(family, host, tmp_path):
         np.testing.assert_array_equal(second[key], value, err_msg=key)
 
 
-def test_a_bfloat16_checkpoint_imports_exactly_and_runs_in_bfloat16(host, tmp_path):
+def test_a_bfloat16_checkpoint_imports_and_exports_exactly_and_runs_in_bfloat16(host, tmp_path):
     """A checkpoint saved in bfloat16 (as most are published) is imported exactly (its weights
-    widened to float32 without change) and its job computes in bfloat16, within bfloat16's
-    precision of transformers' float32 forward pass over the same weights."""
+    widened to float32 without change), its job computes in bfloat16, within bfloat16's
+    precision of transformers' float32 forward pass over the same weights, and its export is
+    bfloat16 again, the very same values."""
     source = tmp_path / "hf"
     model = save_family("llama", source, dtype=torch.bfloat16)
     rounded = model.to(torch.bfloat16).to(torch.float32)  # the weights as saved
@@ -108,6 +109,13 @@ def test_a_bfloat16_checkpoint_imports_exactly_and_runs_in_bfloat16(host, tmp_pa
     error = np.abs(logits - expected).max()
     assert error < 0.03 * scale, (error, scale)
     assert (logits.argmax(-1) == expected.argmax(-1)).mean() >= 0.9
+    out = tmp_path / "exported"
+    export_params(host, job_dir=str(job), output=str(out), format_name="hf")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert loaded.dtype == torch.bfloat16  # handed on as it came
+    saved = rounded.state_dict()
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(tensor.float(), saved[name]), name
 
 
 def test_the_commands_of_the_readme_work_as_written(tmp_path):

@@ -3,7 +3,8 @@
 ``pax import hf SRC --output JOB`` reads ``config.json`` into the constants of
 ``OpenWeightsLm`` (``families.py``), the tokenizer (``tokenizer.json``, else
 ``tokenizer.model``) into the job's assets, and the safetensors weights one tensor at a time
-(``tensors.py``); ``pax export --format hf`` writes the same layout back: sharded safetensors,
+(``tensors.py``); ``pax export --format hf`` writes the same layout back (in the job's compute
+dtype: bfloat16, or float32 exactly as trained): sharded safetensors,
 ``config.json``, ``generation_config.json`` and the tokenizer's files, which
 ``transformers.AutoModelForCausalLM.from_pretrained`` loads with no missing or unexpected keys.
 Nothing here imports torch or transformers.
@@ -17,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from pax_core import SourceModel, UsageError, WeightFormat
@@ -117,8 +119,12 @@ class HfFormat(WeightFormat):
         decoder = model.decoder
         family, model_type = families.model_type_of(decoder)
         tokenizer = next((getattr(d, "tokenizer", None) for d in datasets if d.is_training), None)
+        # The job's compute dtype: a model that runs in bfloat16 (as published checkpoints
+        # are) is handed on in bfloat16, a float32 one exactly as trained.
+        dtype = "float32" if decoder.dtype == "float32" else "bfloat16"
+        stored = np.float32 if dtype == "float32" else ml_dtypes.bfloat16
         config = {"architectures": [_ARCHITECTURES[model_type]], "model_type": model_type,
-                  **family.write(decoder), "torch_dtype": "float32"}
+                  **family.write(decoder), "torch_dtype": dtype}
         if tokenizer is not None:
             config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id)
         entries = tensors.entries(family.names, decoder)
@@ -126,7 +132,8 @@ class HfFormat(WeightFormat):
         def converted() -> Iterator[tuple[str, np.ndarray]]:
             for entry in entries:
                 values = entry.to_hf([params(("decoder", *p)) for p in entry.pax])
-                yield from zip(entry.hf, values, strict=True)
+                yield from ((name, value.astype(stored))
+                            for name, value in zip(entry.hf, values, strict=True))
 
         write_tensors(output, converted())
         (output / "config.json").write_text(json.dumps(config, indent=2) + "\n")
