@@ -207,24 +207,29 @@ class OrbaxCheckpointer(Checkpointer):
         ``WEIGHTS_GROUP_BYTES`` at a time (Orbax's partial saving, staged beside the step and
         moved into place by its final call; each call has a cost of its own, so tensors are
         not written singly), then the step's checksums."""
-        from orbax.checkpoint.experimental.v1 import partial
+        from orbax.checkpoint.experimental import v1
 
         self._writable()
         target = self._root / str(step)
         group: dict[str, Any] = {}
         held = 0
-        for path, array in tensors:
-            node = group
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = array
-            held += array.nbytes
-            if held >= WEIGHTS_GROUP_BYTES:
-                partial.save(target, {"params": group})
-                group, held = {}, 0
-        if group:
-            partial.save(target, {"params": group})
-        partial.finalize(target)
+        # Each save here ends before the next tensor is read, so nothing changes an array
+        # Orbax is writing: it need not copy them first (its default guards a training loop).
+        writing = v1.Context()
+        writing.memory.deepcopy_host_arrays = False
+        with writing:
+            for path, array in tensors:
+                node = group
+                for key in path[:-1]:
+                    node = node.setdefault(key, {})
+                node[path[-1]] = array
+                held += array.nbytes
+                if held >= WEIGHTS_GROUP_BYTES:
+                    v1.partial.save(target, {"params": group})
+                    group, held = {}, 0
+            if group:
+                v1.partial.save(target, {"params": group})
+            v1.partial.finalize(target)
         self._manager.reload()
         integrity.record(target)
 
