@@ -46,13 +46,15 @@ def _results(sweep_dir: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(f))
 
 
-def test_pax_cores_old_names_answer_with_a_warning():
+def test_pax_cores_old_names_are_gone_since_api_1_13():
+    """They warned through API 1.12 (moved to pax-sweep); 1.13 removed them, as announced."""
     import pax_core
     import pax_sweep
 
     for name in ("SearchSpace", "TrialRunner"):
-        with pytest.warns(DeprecationWarning, match=f"use pax_sweep.{name}"):
-            assert getattr(pax_core, name) is getattr(pax_sweep, name)
+        assert hasattr(pax_sweep, name)
+        with pytest.raises(AttributeError, match=f"has no attribute '{name}'"):
+            getattr(pax_core, name)
 
 
 # The search space's words.
