@@ -50,7 +50,7 @@ def test_an_existing_output_is_never_overwritten(job, tmp_path):
     (out / "keep.txt").write_text("mine")
     result = run_pax("export", "--job-dir", str(job), "--output", str(out))
     assert result.returncode == 2
-    assert f"--output {out} exists; choose a new directory" in result.stderr
+    assert f"--output {out} exists and is not empty; choose a new directory" in result.stderr
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
 
 

@@ -86,6 +86,14 @@ def test_a_rule_that_maps_to_nothing_stops_in_one_line(source, tmp_path):
     assert not (job / "checkpoints").exists() or not any((job / "checkpoints").iterdir())
 
 
+def test_a_rule_whose_format_wants_more_groups_stops_in_one_line(source, tmp_path):
+    result = _train(tmp_path / "job", 1, "--init-from", str(source), "--set",
+                    "task.train.init_from_rules=[('(.*)', '{}/{}')]")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "does not fill in for parameter" in result.stderr
+
+
 def test_a_source_that_is_not_a_model_stops_in_one_line(tmp_path):
     (tmp_path / "notes").mkdir()
     result = _train(tmp_path / "job", 1, "--init-from", str(tmp_path / "notes"))

@@ -7,27 +7,23 @@ optimizer state, no input position; the moving average when the job evaluates it
 job's Fiddle config) and ``export.json`` (the experiment, the step, the parameter count and
 where they came from). With ``--format NAME`` a registered weight format
 (``pax_core.models.weight_format``: ``hf`` from pax-lm) writes the folder in its own layout
-instead, beside ``export.json``. It is written beside its destination (``DIR.partial``) and
-renamed into place, so the destination only ever appears complete; an existing one is never
-overwritten. An export removes only what it made itself: a ``DIR.partial`` that is already
-there may be another export's, still running, so the export is refused, naming it (a leftover of an
-interrupted export is the user's to remove).
+instead, beside ``export.json``. The folder only ever appears whole, and nothing already there
+is overwritten (``output_folder.py``).
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from pax_core.commands.jobs import restore_latest
-from pax_core.errors import RunError, UsageError
-from pax_core.files import is_remote, job_path, storage_failure, write_atomic
-from pax_core.models.weight_format import ParamPath
+from pax_core.commands.output_folder import OutputFolder
+from pax_core.errors import UsageError
+from pax_core.files import job_path, write_atomic
+from pax_core.models.weight_format import ParamPath, key_paths
 from pax_core.run.build import weight_format
 from pax_core.run.state import count_params
 
@@ -42,16 +38,7 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     import jax
     import orbax.checkpoint as ocp
 
-    if is_remote(output):
-        raise UsageError(f"--output {output}: pax export writes to a local directory (it is "
-                         f"renamed into place when complete); copy it to the bucket after")
-    target = Path(output).expanduser().resolve()
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"--output {target} exists; choose a new directory (nothing was "
-                         f"changed)")
-    partial = target.with_name(target.name + ".partial")
-    if partial.exists():  # told before the job is restored; made below only if still absent
-        raise _partial_exists(target, partial)
+    folder = OutputFolder(output, "export")  # checked before the job is restored
     fmt = weight_format(host, format_name) if format_name else None
     if fmt is not None and jax.process_count() > 1:
         raise UsageError(f"pax export --format {format_name} runs in one process; export on one "
@@ -62,14 +49,7 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
     record = {"experiment": run.resolved.name, "step": restored,
               "num_params": count_params(params), "ema": run.task.train.eval_use_ema_states,
               "job_dir": str(job_path(job_dir)), "format": format_name or "orbax"}
-    try:
-        partial.mkdir(parents=True)  # fails if it exists: then it is not this export's
-    except FileExistsError:
-        raise _partial_exists(target, partial) from None
-    except OSError as e:
-        raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
-                         f"directory (nothing was changed)") from None
-    try:
+    with folder.writing(primary=jax.process_index() == 0) as partial:
         if fmt is not None:
             fmt.write(partial, run.task.model, _fetcher(params), run.job.datasets)
         else:
@@ -81,26 +61,14 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
             if fmt is None:  # a format's folder has its own config.json
                 write_atomic(partial / "config.json", run.resolved.to_json())
             write_atomic(partial / "export.json", json.dumps(record, indent=1) + "\n")
-            if target.exists():
-                target.rmdir()  # empty, checked above
-            partial.rename(target)
-    except BaseException as e:
-        shutil.rmtree(partial, ignore_errors=True)  # made by this export, above
-        found = storage_failure(e, partial.parent) if isinstance(e, Exception) else None
-        if found is None:
-            raise
-        raise RunError(f"--output {target} could not be written ({found[0]}): {found[1]}, then "
-                       f"export again (the job is as it was)") from e
     return record
 
 
 def _fetcher(params: Any) -> Callable[[ParamPath], np.ndarray]:
     """One parameter at a time from the devices, by key path, as a host array."""
-    import jax
     from jax.experimental import multihost_utils
 
-    leaves = {tuple(str(getattr(k, "key", k)) for k in path): leaf
-              for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
+    leaves = key_paths(params)
 
     def fetch(path: ParamPath) -> np.ndarray:
         leaf = leaves[tuple(path)]
@@ -109,9 +77,3 @@ def _fetcher(params: Any) -> Callable[[ParamPath], np.ndarray]:
         return np.asarray(leaf)
 
     return fetch
-
-
-def _partial_exists(target: Path, partial: Path) -> UsageError:
-    return UsageError(f"--output {target}: {partial} exists: another pax export to it is "
-                      f"running, or one was interrupted; if none is running, remove {partial} "
-                      f"and export again (nothing was changed)")

@@ -20,14 +20,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pax_core.commands.jobs import config_text, prepare_run
-from pax_core.errors import PaxError, RunError, UsageError
-from pax_core.files import is_remote, storage_failure
-from pax_core.models.weight_format import ParamPath
+from pax_core.commands.output_folder import OutputFolder
+from pax_core.errors import PaxError, UsageError
+from pax_core.models.weight_format import ParamPath, key_paths
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import weight_format
 from pax_core.run.jobdir import JobDir
@@ -41,47 +40,21 @@ def import_job(host: PluginHost, *, format_name: str, source: str, output: str,
                platform: str | None = None) -> dict[str, Any]:
     """Import ``source`` (read by the format ``format_name``) as the job ``output``; returns
     what was imported (experiment, parameter count, description)."""
-    if is_remote(output):
-        raise UsageError(f"--output {output}: pax import writes a local job directory (it is "
-                         f"renamed into place when complete); copy it to the bucket after")
     src = Path(source).expanduser().resolve()
     if not src.exists():
         raise UsageError(f"{source} does not exist; give the folder (or file) to import")
-    target = Path(output).expanduser().resolve()
-    if target.exists() and (not target.is_dir() or any(target.iterdir())):
-        raise UsageError(f"--output {target} exists and is not empty; choose a new directory "
-                         f"(nothing was changed)")
-    partial = target.with_name(target.name + ".partial")
-    if partial.exists():
-        raise UsageError(f"--output {target}: {partial} exists: another pax import to it is "
-                         f"running, or one was interrupted; if none is running, remove it and "
-                         f"import again (nothing was changed)")
+    folder = OutputFolder(output, "import")
     fmt = weight_format(host, format_name)
-    found = fmt.inspect(src, target / ASSETS, exp, list(set_items or []))
-    jd = JobDir(partial)
+    found = fmt.inspect(src, folder.target / ASSETS, exp, list(set_items or []))
+    jd = JobDir(folder.partial)
     run = prepare_run(host, found.experiment, None, found.overrides, jd, platform, None,
                       read_data=False)
-    try:
-        partial.mkdir(parents=True)
-    except OSError as e:
-        raise UsageError(f"--output {target} cannot be created: {e.strerror}; choose another "
-                         f"directory (nothing was changed)") from None
-    try:
+    with folder.writing():
         tensors = _checked(fmt.read(src, run.task.model), run.abstract_state.params, src)
         _write_job(host, run, jd, found, tensors)
-        if target.exists():
-            target.rmdir()  # empty, checked above
-        partial.rename(target)
-    except BaseException as e:
-        shutil.rmtree(partial, ignore_errors=True)  # made by this import, above
-        failure = storage_failure(e, partial.parent) if isinstance(e, Exception) else None
-        if failure is None:
-            raise
-        raise RunError(f"--output {target} could not be written ({failure[0]}): "
-                       f"{failure[1]}, then import again") from e
     return {"experiment": found.experiment, "overrides": found.overrides,
             "num_params": count_params(run.abstract_state.params), "source": str(src),
-            "description": found.description, "job_dir": str(target)}
+            "description": found.description, "job_dir": str(folder.target)}
 
 
 def _write_job(host: PluginHost, run: Any, jd: JobDir, found: Any,
@@ -106,7 +79,7 @@ def _checked(tensors: Iterator[tuple[ParamPath, np.ndarray]], abstract: Any, sou
     """The format's ``(path, array)`` pairs, each checked against the model's parameters as it
     passes (its path, that it comes once, its shape), in the source's dtype (a restore widens
     it); once they are all through, that none is missing."""
-    leaves = {_key(path): leaf for path, leaf in jax.tree_util.tree_flatten_with_path(abstract)[0]}
+    leaves = key_paths(abstract)
     seen: set[ParamPath] = set()
     try:
         for path, array in tensors:
@@ -135,6 +108,3 @@ def _checked(tensors: Iterator[tuple[ParamPath, np.ndarray]], abstract: Any, sou
                          f"{f' and {len(missing) - 1} more' if len(missing) > 1 else ''}, which "
                          f"the model its configuration describes holds")
 
-
-def _key(path: tuple) -> ParamPath:
-    return tuple(str(getattr(k, "key", k)) for k in path)

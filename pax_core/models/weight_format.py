@@ -70,3 +70,13 @@ class WeightFormat(abc.ABC):
         job's model object; ``params`` fetches one parameter from the devices by its key path
         (float32, as trained), so that a format holds one at a time;
         ``datasets`` are the job's inputs (a tokenizer to carry along, say)."""
+
+
+def key_paths(tree: Any) -> dict[ParamPath, Any]:
+    """Each leaf of a parameter tree by its key path (``("decoder", "embedding",
+    "embedding")``), in the tree's order: the paths formats, imports, exports and warm starts
+    name parameters by."""
+    import jax
+
+    return {tuple(str(getattr(k, "key", k)) for k in path): leaf
+            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}

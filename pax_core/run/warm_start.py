@@ -28,14 +28,15 @@ import numpy as np
 from pax_core.checkpointers.base import Weights
 from pax_core.errors import PaxError, UsageError
 from pax_core.files import job_path
+from pax_core.models.weight_format import key_paths
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import weight_format
 from pax_core.run.state import TrainState
 
 
 def _names(tree: Any) -> dict[str, Any]:
-    return {"/".join(str(getattr(k, "key", k)) for k in path): leaf
-            for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]}
+    """Each leaf by its path as the rules read it: ``decoder/stack/layer_0/...``."""
+    return {"/".join(path): leaf for path, leaf in key_paths(tree).items()}
 
 
 def _orbax_params(directory: Any, under: str | None) -> dict[str, np.ndarray]:
@@ -85,7 +86,12 @@ def _source_name(name: str, rules: Any) -> str | None:
     for pattern, template in rules:
         match = re.fullmatch(pattern, name)
         if match:
-            return template.format(*match.groups())
+            try:
+                return template.format(*match.groups())
+            except (IndexError, KeyError, ValueError) as e:
+                raise UsageError(f"init_from_rules: ({pattern!r}, {template!r}) does not fill "
+                                 f"in for parameter {name} ({type(e).__name__}: {e}); a format "
+                                 f"takes one {{}} per group of its expression") from None
     return None
 
 
