@@ -1,5 +1,6 @@
 """Weights-only steps (``pax import``'s step 0): a checkpointer saves them from tensors that
-arrive one at a time, and a restore gives them back as ``Weights``, not as a train state."""
+arrive one at a time, and a restore gives them back as ``Weights``, not as a train state; a
+weight format that is not installed is named in one line."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ from typing import Any
 
 import jax
 import numpy as np
+import pytest
 
 from pax_core import Checkpointer, CheckpointSettings, Weights
 from pax_core.checkpointers.orbax import OrbaxCheckpointer
 from pax_core.run.state import TrainState
+from pax_core.testing import run_pax
 
 TENSORS = [(("decoder", "embedding", "table"), np.arange(12, dtype=np.float32).reshape(3, 4)),
            (("decoder", "norm", "scale"), np.full((4,), 2.0, np.float32)),
@@ -68,3 +71,16 @@ def test_orbax_streams_a_weights_step_and_restores_it_as_weights(tmp_path):
         for key in path:
             leaf = leaf[key]
         np.testing.assert_array_equal(np.asarray(leaf), array)
+
+
+@pytest.mark.parametrize(("plugins", "said"), [
+    (None, "unknown weight_format 'nosuch'; the weight formats installed: lm/hf"),
+    ("", "no weight format is installed, so none reads or writes 'nosuch'"),
+])
+def test_an_unknown_weight_format_is_one_line(tmp_path, plugins, said):
+    selection = [] if plugins is None else ["--plugins", plugins]
+    result = run_pax(*selection, "import", "nosuch", str(tmp_path), "--output",
+                     str(tmp_path / "job"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert said in result.stderr
+    assert not (tmp_path / "job").exists()

@@ -39,7 +39,16 @@ from pax_core.run.steps import make_train_step
 def weight_format(host: PluginHost, name: str) -> WeightFormat:
     """The registered weight format ``name`` (``pax import``, ``pax export --format``,
     ``init_from``), built."""
-    return component(host, "weight_formats", name, "--format").build()
+    formats = host.components("weight_formats")
+    if not len(formats):
+        raise UsageError(f"no weight format is installed, so none reads or writes {name!r}: "
+                         f"pip install pax-lm for hf (Hugging Face folders)")
+    try:
+        found = formats.get(name)
+    except UsageError as e:
+        raise UsageError(f"{e}; the weight formats installed: {', '.join(formats.names())}"
+                         ) from None
+    return found.build()
 
 
 def partitioner_name(experiment: Any) -> str:
