@@ -46,6 +46,14 @@ class Weights:
     model_state: Any = dataclasses.field(default_factory=dict)
 
 
+def place(tree: dict[str, Any], path: tuple[str, ...], value: Any) -> None:
+    """Put ``value`` at the key path ``path`` of the nested dicts ``tree``, making the dicts on
+    the way."""
+    for key in path[:-1]:
+        tree = tree.setdefault(key, {})
+    tree[path[-1]] = value
+
+
 class StepRemoved(Exception):
     """A step that disappeared while it was being read: a reader of a job that is still
     training, whose checkpointer dropped the step (``max_to_keep``). The reader lists the steps
@@ -94,10 +102,7 @@ class Checkpointer(abc.ABC):
         (Orbax) holds one at a time."""
         params: dict[str, Any] = {}
         for path, array in tensors:
-            node = params
-            for key in path[:-1]:
-                node = node.setdefault(key, {})
-            node[path[-1]] = array
+            place(params, path, array)
         self.save(step, Weights(params), {})
         self.wait()
 

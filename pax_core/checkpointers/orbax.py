@@ -26,6 +26,7 @@ from pax_core.checkpointers.base import (
     StepRemoved,
     Weights,
     check_params_match,
+    place,
 )
 from pax_core.checkpointers.integrity import DamagedCheckpoint
 from pax_core.errors import RunError, first_line, warn
@@ -219,10 +220,7 @@ class OrbaxCheckpointer(Checkpointer):
         writing.memory.deepcopy_host_arrays = False
         with writing:
             for path, array in tensors:
-                node = group
-                for key in path[:-1]:
-                    node = node.setdefault(key, {})
-                node[path[-1]] = array
+                place(group, path, array)
                 held += array.nbytes
                 if held >= WEIGHTS_GROUP_BYTES:
                     v1.partial.save(target, {"params": group})
