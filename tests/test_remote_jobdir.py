@@ -134,7 +134,7 @@ def test_a_gs_job_trains_resumes_bitwise_and_evaluates(gcs, tmp_path):
     assert exported.returncode == 0, exported.stderr
     assert json.loads((tmp_path / "export" / "export.json").read_text())["job_dir"] == job
     to_bucket = run_pax("export", "--job-dir", job, "--output", f"{gcs}/exports/mlp")
-    assert to_bucket.returncode == 2 and "writes to a local directory" in to_bucket.stderr
+    assert to_bucket.returncode == 2 and "writes a local directory" in to_bucket.stderr
 
 
 def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
