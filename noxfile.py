@@ -1,6 +1,6 @@
-"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray` and `sweep` (CI), `soak` (the fault trials
-at full count), `test_times` (CI's time, session by session and test by test), `tests_newest`
-(Python 3.12, newest jax), `lint`, `bench`.
+"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray`, `sweep`, `hf` and `paxml` (CI), `soak` (the
+fault trials at full count), `test_times` (CI's time, session by session and test by test),
+`tests_newest` (Python 3.12, newest jax), `lint`, `bench`.
 
 Environments are made and filled by uv (`pip install nox uv`), which installs this repository's
 packages in seconds where pip takes a minute."""
@@ -177,6 +177,38 @@ def hf(session: nox.Session) -> None:
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "-n", "auto",
                 "--dist", "load", "pax_lm/tests_hf", *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
+# paxml and praxis 1.4 as their last release installs: they pin jax 0.4.26 but not its jaxlib,
+# and tensorflow-hub's newest release imports pkg_resources, which setuptools 70 dropped.
+PAXML_REQUIREMENTS = ("paxml==1.4.0", "praxis==1.4.0", "jaxlib==0.4.26", "setuptools<70",
+                      "tensorflow-hub==0.12.0")
+
+
+@nox.session
+def paxml(session: nox.Session) -> None:
+    """`pax import paxml` against paxml itself: paxml 1.4 (which needs Python 3.10, found on
+    PATH or in pyenv) installs into an environment of its own, trains three tiny praxis LMs
+    there for 40 steps and writes their logits; this session's environment imports each
+    checkpoint into Pax's catalogue experiment and compares (about 3 minutes on 2 cores, the
+    installation included)."""
+    python310 = _interpreter("3.10")
+    if python310 is None:
+        session.error("paxml 1.4 installs on Python 3.10 only, and none was found on PATH or "
+                      "in pyenv; install Python 3.10")
+    where = os.path.join(session.create_tmp(), "paxml_venv")
+    shutil.rmtree(where, ignore_errors=True)
+    session.run("uv", "venv", "-q", "--python", python310, where, external=True)
+    paxml_python = os.path.join(where, "bin", "python")
+    session.run("uv", "pip", "install", "-q", "--python", paxml_python, *PAXML_REQUIREMENTS,
+                external=True)
+    session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm")
+    _pip_check(session)
+    # One process: paxml trains the checkpoints once for the run (a session fixture).
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
+                "pax_lm/tests_paxml", *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1"),
+                     "PAXML_PYTHON": paxml_python})
 
 
 # The repository's tiny plugin, whose experiments some sessions' tests sweep or train.

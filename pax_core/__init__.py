@@ -64,6 +64,7 @@ _EXPORTS: dict[str, str] = {
     "Weights": "pax_core.checkpointers.base",
     "WeightFormat": "pax_core.models.weight_format",
     "SourceModel": "pax_core.models.weight_format",
+    "key_paths": "pax_core.models.weight_format",
     "DamagedCheckpoint": "pax_core.checkpointers.integrity",
     "Partitioner": "pax_core.parallel.partitioner",
     "Reduction": "pax_core.parallel.partitioner",

@@ -36,7 +36,7 @@ API = [
     "SourceModel", "Spmd", "Stopped", "SyntheticInput", "Task", "TpuBackend", "Train", "TrainState",
     "UsageError", "WeightFormat", "Weights", "__version__", "accelerator_platform", "apply_presets",
     "axes", "choose_experiment", "dot_product_attention", "fingerprint", "held", "hookimpl",
-    "is_held", "job_command", "make_tf_example", "mean_across_shards", "parse_flags",
+    "is_held", "job_command", "key_paths", "make_tf_example", "mean_across_shards", "parse_flags",
     "parse_tf_example", "platform_backends", "public_face", "require_files", "restore_latest",
     "tfds_split_files", "warn", "write_atomic",
 ]

@@ -40,6 +40,9 @@ def export_params(host: Any, *, job_dir: str, output: str, exp: str | None = Non
 
     folder = OutputFolder(output, "export")  # checked before the job is restored
     fmt = weight_format(host, format_name) if format_name else None
+    if fmt is not None and not fmt.writes:
+        raise UsageError(f"--format {format_name}: pax export does not write it (pax import "
+                         f"reads it); export without --format for Pax's own layout")
     if fmt is not None and jax.process_count() > 1:
         raise UsageError(f"pax export --format {format_name} runs in one process; export on one "
                          f"host (its devices may be any number)")

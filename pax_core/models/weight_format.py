@@ -18,7 +18,7 @@ import abc
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -43,6 +43,8 @@ class WeightFormat(abc.ABC):
     naming what is wrong and what to do) for anything the format cannot express or the source
     lacks, before anything is written."""
 
+    writes: ClassVar[bool] = True  # whether ``pax export --format`` writes it (``write``)
+
     @abc.abstractmethod
     def inspect(self, source: Path, assets: Path, exp: str | None, set_items: list[str]
                 ) -> SourceModel:
@@ -63,13 +65,14 @@ class WeightFormat(abc.ABC):
         knows the model's layout: a scanned stack's weights come stacked). The importer checks
         each array's shape and dtype and that every parameter comes exactly once."""
 
-    @abc.abstractmethod
     def write(self, output: Path, model: Any, params: Callable[[ParamPath], np.ndarray],
               datasets: list[Any]) -> None:
         """Write a job's parameters into the new, empty folder ``output``: ``model`` is the
         job's model object; ``params`` fetches one parameter from the devices by its key path
         (float32, as trained), so that a format holds one at a time;
-        ``datasets`` are the job's inputs (a tokenizer to carry along, say)."""
+        ``datasets`` are the job's inputs (a tokenizer to carry along, say). Only a format
+        with ``writes`` True defines it (``pax export`` asks that first)."""
+        raise NotImplementedError(f"{type(self).__name__} is read by pax import only")
 
 
 def key_paths(tree: Any) -> dict[ParamPath, Any]:

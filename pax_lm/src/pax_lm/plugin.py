@@ -41,4 +41,6 @@ def pax_register_experiments():
 @hookimpl
 def pax_register_weight_formats():
     return [Component("hf", "pax_lm.hf.format:HfFormat",
-                      "Hugging Face folders of decoder LMs: config.json, safetensors, tokenizer")]
+                      "Hugging Face folders of decoder LMs: config.json, safetensors, tokenizer"),
+            Component("paxml", "pax_lm.paxml.format:PaxmlFormat",
+                      "paxml checkpoints of Pax's LM catalogue (import only; needs --exp)")]

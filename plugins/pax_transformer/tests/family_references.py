@@ -269,3 +269,49 @@ def _parallel(params: dict, ids: np.ndarray, spec: Spec, positions: np.ndarray |
         mlp = dense(act(dense(mlp_in, w["ffn"]["wi"], True)), w["ffn"]["wo"], True)
         x = mlp + attn + x
     return _head(p, ln(x, p["final_norm"]), spec)
+
+
+def praxis(params: dict, ids: np.ndarray, spec: Spec, positions: np.ndarray | None = None, *,
+           rotary: bool, gated: bool, act: Any) -> np.ndarray:
+    """Praxis's TransformerLm as Pax's LM catalogue configures it (praxis 1.4): embeddings
+    from the tied softmax table times sqrt(d), plus the [sin | cos] sinusoid (kept when the
+    attention rotates too); pre-LayerNorms scaling by (1 + scale); queries rotated, then
+    multiplied by softplus(w) / (ln 2 * sqrt(H)) per dimension; logits capped by
+    ``attn_softcap``; feed-forward biases, the activation on the gate; a bias on the tied
+    logits, capped by ``final_softcap``."""
+    p, x, positions = _inputs(params, ids, positions)
+    d = x.shape[-1]
+    half = d // 2
+    timescales = np.exp(np.arange(half) * -(math.log(10000.0) / max(half - 1, 1)))
+    angles = positions[..., None] * timescales
+    x = x * math.sqrt(d) + np.concatenate([np.sin(angles), np.cos(angles)], -1)
+    inv_freq = default_inv_freq(spec.head_dim, spec.rope_theta)
+    mask = allowed(ids.shape[1], None, None)
+
+    def ln(t: np.ndarray, w: dict) -> np.ndarray:
+        return layer_norm(t, 1.0 + w["scale"], w["bias"], spec.eps)
+
+    for i in range(spec.num_layers):
+        w = p["stack"][f"layer_{i}"]
+        a = w["attention"]
+        h = ln(x, w["attention_norm"])
+        q, k, v = (np.einsum("bld,dnh->blnh", h, a[n]["kernel"]) for n in ("query", "key",
+                                                                            "value"))
+        if rotary:
+            q, k = rope(q, positions, inv_freq), rope(k, positions, inv_freq)
+        softplus = np.logaddexp(0.0, a["per_dim_scale"])
+        q = q * softplus / (math.log(2.0) * math.sqrt(spec.head_dim))
+        scores = np.einsum("bqnh,bknh->bnqk", q, k)
+        scores = spec.attn_softcap * np.tanh(scores / spec.attn_softcap)
+        scores = np.where(mask[:, None], scores, -np.inf)
+        probs = np.exp(scores - scores.max(-1, keepdims=True))
+        probs = probs / probs.sum(-1, keepdims=True)
+        context = np.einsum("bnqk,bknh->bqnh", probs, v)
+        x = x + np.einsum("bqnh,nhd->bqd", context, a["out"]["kernel"])
+        h = ln(x, w["ffn_norm"])
+        f = w["ffn"]
+        hidden = dense(h, f["wi"], True)
+        hidden = act(dense(h, f["wi_gate"], True)) * hidden if gated else act(hidden)
+        x = x + dense(hidden, f["wo"], True)
+    logits = ln(x, p["final_norm"]) @ p["embedding"]["embedding"].T + p["softmax"]["bias"]
+    return spec.final_softcap * np.tanh(logits / spec.final_softcap)

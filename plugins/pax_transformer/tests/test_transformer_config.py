@@ -75,6 +75,10 @@ COUNTED = [
     {"qk_norm": True, "norm": "rmsnorm", "parallel_residual": True, "shared_norm": True,
      "use_bias": True, "qkv_bias": True, "tied_embedding": False},
     {"use_bias": True, "tied_embedding": False, "head_bias": False, "parallel_residual": True},
+    {"per_dim_scale": True, "ffn_bias": True, "head_bias": True, "position": "sinusoidal_rotary"},
+    {"per_dim_scale": True, "ffn_bias": True, "head_bias": True, "tied_embedding": False,
+     "scan_layers": True, "gated": True},
+    {"use_bias": True, "ffn_bias": False},
 ]
 
 

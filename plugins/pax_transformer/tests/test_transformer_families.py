@@ -4,6 +4,7 @@ with its exact parameter count; sliding windows under packing and decoding."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from family_references import Spec, gemma, gpt_neox, llama, phi
+from family_references import Spec, gelu_tanh, gemma, gpt_neox, llama, phi, praxis, silu
 from transformer_helpers import decoder, empty_cache, forward, init_params, random_ids
 
 from pax_transformer import stack_layer_params
@@ -26,6 +27,9 @@ GEMMA = dict(SMALL, num_kv_heads=2, norm="rmsnorm", norm_scale_offset=1.0, post_
              gated=True, activation="gelu_tanh", query_scale=0.3, sliding_window=3)
 PARALLEL = dict(SMALL, num_layers=2, norm="layernorm", norm_epsilon=1e-5, use_bias=True,
                 parallel_residual=True, scale_embedding=False, tied_embedding=False)
+PRAXIS = dict(SMALL, num_layers=2, norm="layernorm", norm_scale_offset=1.0, per_dim_scale=True,
+              ffn_bias=True, head_bias=True, attention_logit_cap=1.5, logits_soft_cap=2.0,
+              norm_epsilon=1e-6)
 # Llama 3.1 at positions in the thousands: with dim_per_head 8 and base 500000 the four
 # wavelengths (6, 167, 4443, 118600) fall in the kept, kept, blended and divided bands.
 LLAMA31_POSITIONS = np.stack([4000 + np.arange(LENGTH), 413 * np.arange(LENGTH)])
@@ -78,6 +82,13 @@ FAMILIES = {
         qk_norm=True, tied=True),
     "gpt_neox": _family(gpt_neox, dict(PARALLEL, num_heads=2, activation="gelu",
                                        rotary_fraction=0.25), rotary_dims=4, bias=True),
+    "praxis": _family(functools.partial(praxis, rotary=False, gated=False, act=gelu_tanh),
+                      dict(PRAXIS, position="sinusoidal", activation="gelu_tanh"),
+                      attn_softcap=1.5, final_softcap=2.0, tied=True),
+    "praxis_rotary_gated": _family(
+        functools.partial(praxis, rotary=True, gated=True, act=silu),
+        dict(PRAXIS, position="sinusoidal_rotary", activation="silu", gated=True),
+        attn_softcap=1.5, final_softcap=2.0, tied=True),
     "phi": _family(phi, dict(PARALLEL, shared_norm=True, activation="gelu_tanh",
                              rotary_fraction=0.5), rotary_dims=4, bias=True),
 }

@@ -76,6 +76,10 @@ class TransformerLmExperiment(SingleTaskExperiment):
     PARALLEL_RESIDUAL = False
     SHARED_NORM = False
     QUERY_SCALE: float | None = None
+    # Compute exactly as praxis does (``pax import paxml`` sets it): per-dimension query
+    # scaling, feed-forward biases, a bias on the logits, LayerNorms scaling by 1 + scale, GELU
+    # in its tanh form, and the sinusoid kept beside rotary.
+    PRAXIS_CONVENTIONS = False
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
@@ -118,7 +122,7 @@ class TransformerLmExperiment(SingleTaskExperiment):
 
     def decoder(self) -> fdl.Config[TransformerLm]:
         learned = self.TRAINABLE_POSITION_EMB
-        return fdl.Config(
+        decoder = fdl.Config(
             TransformerLm,
             vocab_size=self.model_vocab_size(),
             num_layers=self.NUM_LAYERS,
@@ -164,12 +168,32 @@ class TransformerLmExperiment(SingleTaskExperiment):
             shared_norm=self.SHARED_NORM,
             query_scale=self.QUERY_SCALE,
         )
+        if self.PRAXIS_CONVENTIONS:
+            _praxis_conventions(decoder)
+        return decoder
 
     def model(self) -> fdl.Config[LanguageModel]:
         return fdl.Config(LanguageModel, decoder=self.decoder())
 
     def datasets(self) -> list[fdl.Config]:
         raise NotImplementedError(f"{type(self).__name__} must choose its data")
+
+
+def _praxis_conventions(decoder: fdl.Config[TransformerLm]) -> None:
+    """What praxis's layers compute by default that pax-transformer's do not (praxis 1.4):
+    ``PerDimScale`` on the queries, biases on the feed-forward (none in attention) and on the
+    softmax, tied or not, LayerNorm's stored scale as the delta from 1 (its RmsNorm scales
+    directly), ``layers.GELU`` as the tanh approximation, and the position embedding left in
+    place when Pax's ``USE_ROTARY_POSITION_EMB`` turns on rotary attention."""
+    decoder.per_dim_scale = True
+    decoder.ffn_bias = True
+    decoder.head_bias = True
+    if decoder.norm == "layernorm":
+        decoder.norm_scale_offset = 1.0
+    if decoder.activation == "gelu":
+        decoder.activation = "gelu_tanh"
+    if decoder.position == "rotary":
+        decoder.position = "sinusoidal_rotary"
 
 
 class SyntheticDataset:

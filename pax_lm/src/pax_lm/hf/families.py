@@ -344,6 +344,16 @@ def constants(cfg: dict[str, Any]) -> dict[str, Any]:
 def model_type_of(model: Any) -> tuple[Family, str]:
     """The family (and its ``model_type``) a Pax decoder is exported as: the one whose fixed
     settings it has."""
+    foreign = [name for name, held in (
+        ("per-dimension query scaling", model.per_dim_scale),
+        ("a sinusoid beside rotary", model.position == "sinusoidal_rotary"),
+        ("feed-forward biases without attention biases",
+         model.ffn_bias is not None and model.ffn_bias != model.use_bias),
+        ("a bias on a tied head", model.tied_embedding and model.output_bias)) if held]
+    if foreign:
+        raise UsageError(f"this model computes {foreign[0]} (praxis's layers), which no Hugging "
+                         f"Face family holds; it exports as Pax's own format (pax export "
+                         f"without --format)")
     for family in FAMILIES:
         if family.fits(model) and all(_matches(model, key, value)
                                       for key, value in family.settings.items()):

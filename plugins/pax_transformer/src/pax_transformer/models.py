@@ -18,25 +18,28 @@ names in brackets)::
         attention/query_norm/scale  [H]           ("kv",)                  qk_norm only
         attention/query_norm/bias   [H]           ("kv",)                  qk_norm, layernorm
         attention/key_norm/scale, attention/key_norm/bias   as query_norm
+        attention/per_dim_scale [H]               ("kv",)                  per_dim_scale only
         attention/out/kernel    [N, H, d]         ("heads", "kv", "embed")   +b [d]
         post_attention_norm/scale, .../bias       as attention_norm        post_norms only
         ffn_norm/scale, ffn_norm/bias             as attention_norm        not with shared_norm
-        ffn/wi/kernel           [d, f]            ("embed", "mlp")           +b [f]
-        ffn/wi_gate/kernel      [d, f]            ("embed", "mlp")           +b [f], gated only
-        ffn/wo/kernel           [f, d]            ("mlp", "embed")           +b [d]
+        ffn/wi/kernel           [d, f]            ("embed", "mlp")           +fb [f]
+        ffn/wi_gate/kernel      [d, f]            ("embed", "mlp")           +fb [f], gated only
+        ffn/wo/kernel           [f, d]            ("mlp", "embed")           +fb [d]
         post_ffn_norm/scale, post_ffn_norm/bias   as attention_norm        post_norms only
     final_norm/scale, final_norm/bias             as attention_norm
-    softmax/kernel              [d, V]            ("embed", "vocab")         +hb [V], untied only
+    softmax/kernel              [d, V]            ("embed", "vocab")         untied only
+    softmax/bias                [V]               ("vocab",)                 head bias only
 
 Biases are named ``bias`` beside their kernel and take the kernel's output axis names.
 With n = 2d for layernorm (scale and bias) or d for rmsnorm (scale), n_h = 2H or H likewise,
-b = 1 if ``use_bias`` else 0, qb = 1 if ``use_bias`` or ``qkv_bias`` else 0, hb = 1 if
-``head_bias`` (None: ``use_bias``) else 0, and m norms a
+b = 1 if ``use_bias`` else 0, qb = 1 if ``use_bias`` or ``qkv_bias`` else 0, fb = 1 if
+``ffn_bias`` (None: ``use_bias``) else 0, hb = 1 if ``head_bias`` (None: ``use_bias`` for an
+untied head, no bias for a tied one) else 0, and m norms a
 block (2, or 1 with ``shared_norm``; 2 more with ``post_norms``), one layer holds
-``m*n + (d + qb)*(N + 2K)*H + [2*n_h if qk_norm] + (N*H + b)*d + g*(d + b)*f + (f + b)*d``
-weights (g = 2 if gated else 1), and the model
-``V*d + num_layers*layer + n [+ max_seq_len*d if learned] [+ (d + hb)*V if untied]``;
-a tied model has neither softmax weights nor a softmax bias. ``count_params`` computes this.
+``m*n + (d + qb)*(N + 2K)*H + [2*n_h if qk_norm] + [H if per_dim_scale] + (N*H + b)*d
++ g*(d + fb)*f + (f + fb)*d`` weights (g = 2 if gated else 1), and the model
+``V*d + num_layers*layer + n [+ max_seq_len*d if learned] [+ d*V if untied] + hb*V``.
+``count_params`` computes this.
 Every norm scale multiplies as ``norm_scale_offset + scale`` and starts at
 ``1 - norm_scale_offset`` (0 for Gemma's offset 1.0), so a fresh model's norms multiply by one.
 
@@ -66,12 +69,13 @@ from pax_transformer.layers.block import (
     block_train_flops_per_token,
     block_weights,
 )
-from pax_transformer.layers.embedding import Softmax, TokenEmbedding
+from pax_transformer.layers.embedding import LogitsBias, Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
 from pax_transformer.layers.normalization import NORMS, Norm
 from pax_transformer.layers.positions import (
     POSITIONS,
+    ROTARY_POSITIONS,
     ROTARY_SCALINGS,
     LearnedPositions,
     RotaryScaling,
@@ -140,6 +144,17 @@ class TransformerLm(nn.Module):
       (Gemma 3: 10000 local, 1e6 scaled global); None: the sliding layers rotate as the
       global ones.
 
+    And the ones praxis computes by default, so that paxml's checkpoints map on too:
+
+    * ``per_dim_scale``: queries multiplied per dimension by ``softplus(w) / softplus(0)``
+      after rotary, on top of ``query_scale`` (praxis's ``PerDimScale``).
+    * ``ffn_bias``: biases on the feed-forward projections (None: as ``use_bias``; praxis:
+      biases there and none in attention).
+    * ``head_bias`` on a tied model: a bias added to the logits against the embedding table
+      (praxis's shared embedding-softmax).
+    * ``position="sinusoidal_rotary"``: the sinusoid added to the inputs and rotary in
+      attention both (what praxis computes when its attention's rotary is turned on).
+
     ``fp8`` runs the blocks' attention and feed-forward projections in FP8 with delayed scaling
     (Flax's, e4m3 forward and e5m2 gradients, each tensor's scale from its largest magnitude
     over the last ``fp8_amax_history`` steps), as NVIDIA's recipe does on Hopper GPUs; the
@@ -195,6 +210,8 @@ class TransformerLm(nn.Module):
     sliding_window: int = 0
     global_every: int = 0
     local_rotary_base: float | None = None
+    per_dim_scale: bool = False
+    ffn_bias: bool | None = None
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -207,8 +224,11 @@ class TransformerLm(nn.Module):
 
     @property
     def output_bias(self) -> bool:
-        """Whether the untied output projection has a bias, resolved."""
-        return self.use_bias if self.head_bias is None else self.head_bias
+        """Whether the logits have a bias, resolved: by default an untied head has one with
+        ``use_bias`` and a tied head none (GPT-2's biases stop at its tied head)."""
+        if self.head_bias is not None:
+            return self.head_bias
+        return self.use_bias and not self.tied_embedding
 
     @property
     def kv_heads(self) -> int:
@@ -226,7 +246,7 @@ class TransformerLm(nn.Module):
             gated=self.gated,
             norm=self.norm,
             norm_epsilon=self.norm_epsilon,
-            rotary=self.position == "rotary",
+            rotary=self.position in ROTARY_POSITIONS,
             rotary_base=self.rotary_base,
             max_seq_len=self.max_seq_len,
             attention_logit_cap=self.attention_logit_cap,
@@ -252,6 +272,8 @@ class TransformerLm(nn.Module):
             sliding_window=self.sliding_window,
             global_every=self.global_every,
             local_rotary_base=self.local_rotary_base,
+            per_dim_scale=self.per_dim_scale,
+            ffn_bias=self.ffn_bias,
         )
 
     @nn.compact
@@ -306,7 +328,7 @@ class TransformerLm(nn.Module):
         if positions is None:
             start = 0 if decode_start is None else decode_start
             positions = jnp.broadcast_to(start + jnp.arange(length), ids.shape)
-        if self.position == "sinusoidal":
+        if self.position in ("sinusoidal", "sinusoidal_rotary"):
             x = x + sinusoidal(positions, self.model_dims, config.dtype)
         elif self.position == "learned":
             x = x + LearnedPositions(
@@ -330,6 +352,8 @@ class TransformerLm(nn.Module):
 
         if self.tied_embedding:
             logits = embedding.attend(x)
+            if self.output_bias:
+                logits = LogitsBias(config.param_dtype, name="softmax")(logits)
         else:
             logits = Softmax(
                 self.vocab_size,
@@ -371,7 +395,7 @@ def _validate(m: TransformerLm) -> None:
             f"num_kv_heads={m.num_kv_heads} must be a positive divisor of num_heads="
             f"{m.num_heads} (1: multi-query; num_heads or None: multi-head)"
         )
-    if m.position == "rotary" and m.rotary_fraction == 1.0 and m.head_dims % 2:
+    if m.position in ROTARY_POSITIONS and m.rotary_fraction == 1.0 and m.head_dims % 2:
         raise ValueError(f"rotary positions need an even dim_per_head, got {m.head_dims}")
     for field in ("norm_epsilon", "rotary_base"):
         if getattr(m, field) <= 0:
@@ -408,14 +432,14 @@ def _validate_families(m: TransformerLm) -> None:
                        "rotary_scaling": (m.rotary_scaling, "none"),
                        "local_rotary_base": (m.local_rotary_base, None)}
     for field, (value, default) in rotary_settings.items():
-        if m.position != "rotary" and value != default:
+        if m.position not in ROTARY_POSITIONS and value != default:
             raise ValueError(f"{field}={value!r} needs position='rotary' (position is "
                              f"{m.position!r}); set position='rotary' or leave {field} at "
                              f"{default!r}")
     if not 0.0 < m.rotary_fraction <= 1.0:
         raise ValueError(f"rotary_fraction must be in (0, 1], got {m.rotary_fraction}")
     rotary_dims = int(m.head_dims * m.rotary_fraction)
-    if m.position == "rotary" and (rotary_dims < 2 or rotary_dims % 2):
+    if m.position in ROTARY_POSITIONS and (rotary_dims < 2 or rotary_dims % 2):
         raise ValueError(f"rotary_fraction={m.rotary_fraction} of dim_per_head={m.head_dims} "
                          f"rotates {rotary_dims} dimensions; it must be an even number above 0")
     if m.rotary_scaling != "none":
@@ -461,8 +485,8 @@ def count_params(**fields: Any) -> int:
     if m.position == "learned":
         total += m.max_seq_len * d
     if not m.tied_embedding:
-        total += (d + bias) * vocab
-    return total
+        total += d * vocab
+    return total + bias * vocab
 
 
 FLOPS_FORMULA_VERSION = 1
@@ -483,6 +507,6 @@ def train_flops_per_token(model: TransformerLm, seq_len: int) -> float:
     """
     d, vocab, bias = model.model_dims, model.vocab_size, int(model.output_bias)
     config = model.block_config()
-    head = vocab * d if model.tied_embedding else (d + bias) * vocab
+    head = (d + bias) * vocab
     outside_blocks = 6.0 * (config.norm_weights(d) + head)  # the final norm and the logits
     return outside_blocks + model.num_layers * block_train_flops_per_token(config, d, seq_len)

@@ -31,6 +31,7 @@ from jax.ad_checkpoint import checkpoint_name
 from pax_core import axes, dot_product_attention
 from pax_transformer.layers import remat
 from pax_transformer.layers.dense import Projection
+from pax_transformer.layers.initializers import partitioned
 from pax_transformer.layers.normalization import Norm
 from pax_transformer.layers.positions import (
     NO_SCALING,
@@ -40,6 +41,7 @@ from pax_transformer.layers.positions import (
 )
 
 QKV_AXES = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
+SOFTPLUS_0_INVERSE = 1.442695041  # 1 / softplus(0) = 1 / ln 2, as praxis writes it
 
 # Whether a layer slides: a Python bool in a looped stack, a traced boolean scalar in a scan.
 Sliding = bool | jax.Array
@@ -124,7 +126,10 @@ class Attention(nn.Module):
     ``sliding_window`` w > 0 limits a sliding layer's queries to the last w positions: every
     layer's, or with ``global_every`` n > 0 the layer with index ``layer`` (a call argument
     the stack passes) unless (layer + 1) % n == 0. The sliding layers rotate by the unscaled
-    frequencies of ``local_rotary_base`` when that is set (Gemma 3).
+    frequencies of ``local_rotary_base`` when that is set (Gemma 3). ``per_dim_scale``
+    multiplies the rotated queries by ``softplus(w) / softplus(0)`` per dimension (weight
+    ``per_dim_scale`` [dim_per_head] named "kv", zeros at the start), on top of
+    ``query_scale``: praxis's default query scaling (``PerDimScale``).
 
     ``decode=True`` keeps the keys and values of every position seen so far in the ``cache``
     collection as ``cached_key`` and ``cached_value`` ([B, max_seq_len, kv_heads, dim_per_head]
@@ -159,15 +164,17 @@ class Attention(nn.Module):
     sliding_window: int = 0
     global_every: int = 0
     local_rotary_base: float | None = None
+    per_dim_scale: bool = False
 
     @nn.nowrap
     def num_weights(self, model_dims: int) -> int:
-        """The four projections' kernels and biases, and the query and key norms' weights."""
+        """The four projections' kernels and biases, the query and key norms' weights and the
+        per-dimension query scale."""
         d, b, h = model_dims, int(self.use_bias), self.dim_per_head
         qkv_b = int(self.use_bias or self.qkv_bias)
         qk_norms = 2 * (2 * h if self.norm == "layernorm" else h) if self.qk_norm else 0
         return (d + qkv_b) * (self.num_heads + 2 * self.num_kv_heads) * h \
-            + (self.num_heads * h + b) * d + qk_norms
+            + (self.num_heads * h + b) * d + qk_norms + (h if self.per_dim_scale else 0)
 
     @nn.nowrap
     def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
@@ -243,6 +250,8 @@ class Attention(nn.Module):
             frequencies = self.frequencies(sliding)
             query = apply_rotary(query, positions, frequencies=frequencies)
             key = apply_rotary(key, positions, frequencies=frequencies)
+        if self.per_dim_scale:
+            query = self._scale_per_dim(query)
         query, key, value = (nn.with_logical_constraint(t, QKV_AXES) for t in (query, key, value))
 
         offset: jax.Array | int = 0
@@ -270,6 +279,15 @@ class Attention(nn.Module):
         out = self._projection((x.shape[-1],), out_axes, (axes.EMBED,), "out", self.use_bias)(
             context)
         return checkpoint_name(out, remat.OUT_PROJ)
+
+    def _scale_per_dim(self, query: jax.Array) -> jax.Array:
+        """Praxis's per-dimension query scale: each of a head's dimensions multiplied by
+        ``softplus(w) / softplus(0)``, w [dim_per_head] shared by the heads and starting at 0,
+        so that an untrained layer attends exactly as without it."""
+        weight = self.param("per_dim_scale", partitioned(nn.initializers.zeros, (axes.KV,)),
+                            (self.dim_per_head,), self.param_dtype)
+        factor = jax.nn.softplus(weight.astype(jnp.float32)) * SOFTPLUS_0_INVERSE
+        return (query.astype(jnp.float32) * factor).astype(query.dtype)
 
     def _update_cache(
         self, key: jax.Array, value: jax.Array, start: jax.Array

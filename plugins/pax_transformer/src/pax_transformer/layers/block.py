@@ -80,6 +80,8 @@ class BlockConfig:
     sliding_window: int = 0
     global_every: int = 0
     local_rotary_base: float | None = None
+    per_dim_scale: bool = False
+    ffn_bias: bool | None = None
 
     def attention_part(self, decode: bool = False, **kwargs: Any) -> nn.Module:
         """The attention part, completed with these settings (``kwargs``: its name)."""
@@ -94,13 +96,15 @@ class BlockConfig:
                  "norm_scale_offset": self.norm_scale_offset, "query_scale": self.query_scale,
                  "rotary_fraction": self.rotary_fraction, "rotary_scaling": self.rotary_scaling,
                  "sliding_window": self.sliding_window, "global_every": self.global_every,
-                 "local_rotary_base": self.local_rotary_base}
+                 "local_rotary_base": self.local_rotary_base,
+                 "per_dim_scale": self.per_dim_scale}
         return build_part(self.attention or Attention, given, **kwargs)
 
     def feed_forward_part(self, **kwargs: Any) -> nn.Module:
         """The feed-forward part, completed with these settings (``kwargs``: its name)."""
         given = {"hidden_dims": self.hidden_dims, "kernel_init": dense_init(self.init_std),
-                 "activation": self.activation, "gated": self.gated, "use_bias": self.use_bias,
+                 "activation": self.activation, "gated": self.gated,
+                 "use_bias": self.use_bias if self.ffn_bias is None else self.ffn_bias,
                  "dtype": self.dtype, "param_dtype": self.param_dtype,
                  "fp8_amax_history": self.fp8_amax_history}
         return build_part(self.feed_forward or FeedForward, given, **kwargs)

@@ -1,4 +1,4 @@
-"""Token embedding and the output softmax (tied to the embedding or separate).
+"""Token embedding and the output softmax (tied to the embedding or separate), with its bias.
 
 The logits matmul accumulates in float32 (``preferred_element_type``) even when the compute dtype
 is bfloat16, so that the logits the loss sees are float32 all the way.
@@ -70,10 +70,22 @@ class Softmax(nn.Module):
         logits = jnp.einsum(
             "...d,dv->...v", x, kernel.astype(self.dtype), preferred_element_type=jnp.float32
         )
-        if self.use_bias:
-            bias = self.param(
-                "bias", partitioned(nn.initializers.zeros, (axes.VOCAB,)), (self.vocab_size,),
-                self.param_dtype,
-            )
-            logits = logits + bias.astype(jnp.float32)
-        return logits
+        return _add_vocab_bias(self, logits, self.param_dtype) if self.use_bias else logits
+
+
+class LogitsBias(nn.Module):
+    """The output bias [vocab_size] of a tied model, added to the logits against the embedding
+    table (praxis's shared embedding-softmax has one; a separate ``Softmax`` holds its own)."""
+
+    param_dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, logits: jax.Array) -> jax.Array:
+        return _add_vocab_bias(self, logits, self.param_dtype)
+
+
+def _add_vocab_bias(module: nn.Module, logits: jax.Array, param_dtype: Any) -> jax.Array:
+    """``logits`` + ``module``'s parameter ``bias`` [vocab] ("vocab"; zeros at the start)."""
+    bias = module.param("bias", partitioned(nn.initializers.zeros, (axes.VOCAB,)),
+                        (logits.shape[-1],), param_dtype)
+    return logits + bias.astype(jnp.float32)

@@ -25,7 +25,10 @@ from flax.typing import Initializer
 from pax_core import axes
 from pax_transformer.layers.initializers import partitioned
 
-POSITIONS = ("rotary", "sinusoidal", "learned", "none")
+POSITIONS = ("rotary", "sinusoidal", "learned", "none", "sinusoidal_rotary")
+# The positions that rotate queries and keys ("sinusoidal_rotary" also adds the sinusoid to the
+# inputs, as praxis computes when its attention's rotary is on).
+ROTARY_POSITIONS = ("rotary", "sinusoidal_rotary")
 ROTARY_SCALINGS = ("none", "linear", "llama3")
 
 
