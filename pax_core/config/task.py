@@ -30,11 +30,20 @@ class Learner:
     evaluated or saved, so the newest checkpoint is the last good one; ``skip`` leaves the
     parameters and optimizer state as they were (Pax's skip-on-anomaly) and counts the step in
     the ``skipped_steps`` metric.
+
+    ``bprop_variable_inclusion`` and ``bprop_variable_exclusion`` (Pax's names) freeze
+    parameters: regular expressions matching whole parameter paths
+    (``decoder/stack/layer_0/attention/query/kernel``); when inclusions are given only the
+    parameters one matches are trained, and none an exclusion matches is. A frozen parameter
+    gets no gradient (the backward pass stops at it) and no optimizer state: fine-tuning
+    adapters over a frozen model keeps the optimizer's memory to the adapters'.
     """
 
     optimizer: Any = dataclasses.field(default_factory=Adam)
     num_microbatches: int = 1
     on_anomaly: str = "stop"
+    bprop_variable_inclusion: tuple[str, ...] = ()
+    bprop_variable_exclusion: tuple[str, ...] = ()
 
     def __post_init__(self):
         if self.num_microbatches < 1:
@@ -42,6 +51,50 @@ class Learner:
         if self.on_anomaly not in ANOMALY_ACTIONS:
             raise ValueError(f"on_anomaly must be one of {', '.join(ANOMALY_ACTIONS)}, got "
                              f"{self.on_anomaly!r}")
+        for field in ("bprop_variable_inclusion", "bprop_variable_exclusion"):
+            value = getattr(self, field)
+            setattr(self, field, (value,) if isinstance(value, str) else tuple(value))
+            for pattern in getattr(self, field):
+                try:
+                    re.compile(pattern)
+                except re.error as e:
+                    raise ValueError(f"{field}: {pattern!r} is not a regular expression ({e})"
+                                     ) from None
+
+    @property
+    def freezes(self) -> bool:
+        """Whether some parameters may be frozen."""
+        return bool(self.bprop_variable_inclusion or self.bprop_variable_exclusion)
+
+    def trained(self, path: str) -> bool:
+        """Whether the parameter at ``path`` ('/'-joined) is trained."""
+        included = not self.bprop_variable_inclusion or any(
+            re.fullmatch(p, path) for p in self.bprop_variable_inclusion)
+        return included and not any(re.fullmatch(p, path)
+                                    for p in self.bprop_variable_exclusion)
+
+    def transformation(self) -> Any:
+        """The optimizer's transformation, confined to the trained parameters when some are
+        frozen (the frozen ones' updates are zero and they hold no optimizer state)."""
+        tx = self.optimizer.build()
+        if not self.freezes:
+            return tx
+        import optax
+
+        def labels(params: Any) -> Any:
+            return trained_mask(self, params, lambda t: "trained" if t else "frozen")
+
+        return optax.multi_transform({"trained": tx, "frozen": optax.set_to_zero()}, labels)
+
+
+def trained_mask(learner: Learner, params: Any, value: Any = bool) -> Any:
+    """The tree of ``value(whether trained)`` over ``params``, by ``learner``'s patterns."""
+    import jax
+
+    def leaf(path: Any, _: Any) -> Any:
+        return value(learner.trained("/".join(str(getattr(k, "key", k)) for k in path)))
+
+    return jax.tree_util.tree_map_with_path(leaf, params)
 
 
 @dataclasses.dataclass

@@ -7,6 +7,8 @@ user can get wrong is checked in ``build_run``, before anything is written.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import re
 from typing import Any
 
 import flax.linen as nn
@@ -17,10 +19,10 @@ import numpy as np
 from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved, Weights
 from pax_core.checkpointers.integrity import DamagedCheckpoint, UnverifiedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
-from pax_core.config.task import Job, Task
+from pax_core.config.task import Job, Task, trained_mask
 from pax_core.errors import PaxError, RunError, UsageError, first_line, warn
 from pax_core.inputs.base import Input
-from pax_core.models.weight_format import WeightFormat
+from pax_core.models.weight_format import WeightFormat, key_paths
 from pax_core.parallel.layouts import mesh_layout
 from pax_core.parallel.partitioner import Partitioner
 from pax_core.plugins.host import PluginHost
@@ -137,7 +139,9 @@ class Run:
         learner, partitioner = self.task.train.learner, self.partitioner
         step = make_train_step(self.task.model, self.tx, learner.optimizer.learning_rate_at,
                                learner.num_microbatches, partitioner.reduction,
-                               skip_anomalies=learner.on_anomaly == "skip")
+                               skip_anomalies=learner.on_anomaly == "skip",
+                               trained=functools.partial(trained_mask, learner)
+                               if learner.freezes else None)
         donate = self.donates_train_state if donate_state is None else donate_state
         spec = self.batch_spec if batch_spec is None else batch_spec
         batch_shardings = self.batch_shardings(spec)
@@ -291,6 +295,25 @@ def _check_ema(run_name: str, train: Any) -> None:
         raise UsageError(f"{run_name}: task.train.eval_use_ema_states evaluates the moving "
                          f"average of the parameters, but the optimizer keeps none; set "
                          f"task.train.learner.optimizer.ema_decay (e.g. 0.9999)")
+    if train.eval_use_ema_states and train.learner.freezes:
+        raise UsageError(f"{run_name}: task.train.eval_use_ema_states averages every "
+                         f"parameter, but the learner freezes some (bprop_variable_inclusion/"
+                         f"exclusion); evaluate the trained parameters, or train them all")
+
+
+def _check_trained(run_name: str, learner: Any, params: Any) -> None:
+    """Refuse freezing patterns that leave nothing trained, or that match no parameter."""
+    if not learner.freezes:
+        return
+    paths = ["/".join(p) for p in key_paths(params)]
+    for field in ("bprop_variable_inclusion", "bprop_variable_exclusion"):
+        for pattern in getattr(learner, field):
+            if not any(re.fullmatch(pattern, path) for path in paths):
+                raise UsageError(f"{run_name}: task.train.learner.{field} {pattern!r} matches "
+                                 f"no parameter (they are named like {paths[0]}); correct it")
+    if not any(learner.trained(path) for path in paths):
+        raise UsageError(f"{run_name}: task.train.learner's bprop_variable_inclusion/exclusion "
+                         f"freeze every parameter; leave some to train")
 
 
 def _check_microbatches(run_name: str, train_input: Input, num_microbatches: int,
@@ -330,7 +353,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
     learner = job.task.train.learner
     _check_microbatches(resolved.name, train_input, learner.num_microbatches,
                         partitioner.num_batch_shards)
-    tx = learner.optimizer.build()
+    tx = learner.transformation()
     local = _ask(host, train_input, train_input.peek if read_data
                  else train_input.abstract_batch)
     batch_spec = {
@@ -347,6 +370,7 @@ def build_run(host: PluginHost, resolved: ResolvedExperiment, devices: list[jax.
         raise host.provider_error("model", job.task.model, e) from e
     check_program(host, devices, traced)
     abstract = nn.meta.unbox(boxed)
+    _check_trained(resolved.name, learner, abstract.params)
     shardings = partitioner.state_shardings(abstract, logical_axes(boxed))
     abstract = jax.tree.map(
         lambda a, s: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=s), abstract, shardings

@@ -55,7 +55,9 @@ def _agreed(reduction: Reduction, model_state: dict[str, Any]) -> dict[str, Any]
 def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
                     learning_rate_at: Callable[[jax.Array], jax.Array],
                     num_microbatches: int = 1, reduction: Reduction | None = None,
-                    skip_anomalies: bool = False) -> Callable[..., tuple[TrainState, dict]]:
+                    skip_anomalies: bool = False,
+                    trained: Callable[[Any], Any] | None = None,
+                    ) -> Callable[..., tuple[TrainState, dict]]:
     """``(state, batch) -> (state, metrics)``: gradients (accumulated over microbatches when
     asked, and combined across shards by ``reduction`` when the step runs per shard), one
     optimizer update, the model state the forward pass updated (batch norm's statistics, one
@@ -68,15 +70,24 @@ def make_train_step(model: nn.Module, tx: optax.GradientTransformation,
     histories) is differentiated beside the parameters and replaced by its gradient, which
     Flax's FP8 operations define as the variable's next value; the optimizer never sees it.
     Microbatches chain it as they chain batch norm's statistics: each starts from the value
-    the one before left."""
+    the one before left.
+
+    ``trained`` maps the parameters to a tree of booleans (``Learner`` freezing some): the
+    backward pass stops at the frozen ones, whose gradients are zero."""
     reduction = reduction or Reduction()
+
+    def frozen_stopped(params):
+        if trained is None:
+            return params
+        return jax.tree.map(lambda p, t: p if t else jax.lax.stop_gradient(p), params,
+                            trained(params))
 
     def grads_of(params, model_state, batch, rng):
         overwritten = model_state.get(OVERWRITE_WITH_GRADIENT)
         mutable = [name for name in model_state if name != OVERWRITE_WITH_GRADIENT]
 
         def loss_fn(p, overwritten):
-            variables = {"params": p, **model_state}
+            variables = {"params": frozen_stopped(p), **model_state}
             if overwritten is not None:
                 variables[OVERWRITE_WITH_GRADIENT] = overwritten
             with reducing_with(reduction):

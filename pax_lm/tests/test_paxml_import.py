@@ -1,6 +1,7 @@
-"""``pax import paxml``: a checkpoint paxml 1.4 itself wrote (``data/paxml_tiny``: paxml's
-trainer ran ``TransformerLmSpmdAdam`` at 2 layers, width 32, GELU, for 40 steps; the weights,
-the step and one optimizer count are kept, with praxis's logits on two rows of ids) imports
+"""``pax import paxml``: a checkpoint paxml 1.4 itself wrote (``data/paxml_tiny``: the
+``TinyLm`` job of ``tests_paxml/praxis_side/train_and_reference.py``, paxml's
+``TransformerLmSpmdAdam`` at 2 layers, width 32, GELU, 40 steps; its weights, step and one
+optimizer count are kept, with praxis's logits on two rows of ids) imports
 into Pax's catalogue experiment of that model and computes praxis's logits; what does not fit
 is refused in one line, exit 2, nothing written. The ``paxml`` nox session trains fresh
 checkpoints with paxml (rotary, gated, repeated layers, a separate embedding) and compares the

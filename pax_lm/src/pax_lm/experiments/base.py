@@ -12,9 +12,9 @@ import math
 
 import fiddle as fdl
 
-from pax_core import SingleTaskExperiment, SyntheticInput, axes
+from pax_core import SingleTaskExperiment, SyntheticInput, Train, axes
 from pax_lm.models import LanguageModel
-from pax_transformer import TransformerLm
+from pax_transformer import ADAPTER_WEIGHTS, TransformerLm
 
 
 class TransformerLmExperiment(SingleTaskExperiment):
@@ -80,6 +80,12 @@ class TransformerLmExperiment(SingleTaskExperiment):
     # scaling, feed-forward biases, a bias on the logits, LayerNorms scaling by 1 + scale, GELU
     # in its tanh form, and the sinusoid kept beside rotary.
     PRAXIS_CONVENTIONS = False
+    # Fine-tuning with low-rank adapters: LORA_RANK > 0 adds them on LORA_TARGETS (query, key,
+    # value, output, gate, up, down, or path patterns) and trains them alone, the base frozen.
+    LORA_RANK = 0
+    LORA_ALPHA = 16.0
+    LORA_TARGETS: tuple[str, ...] = ("query", "value")
+    LORA_DROPOUT = 0.0
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
@@ -167,6 +173,10 @@ class TransformerLmExperiment(SingleTaskExperiment):
             parallel_residual=self.PARALLEL_RESIDUAL,
             shared_norm=self.SHARED_NORM,
             query_scale=self.QUERY_SCALE,
+            lora_rank=self.LORA_RANK,
+            lora_alpha=self.LORA_ALPHA,
+            lora_targets=tuple(self.LORA_TARGETS),
+            lora_dropout=self.LORA_DROPOUT,
         )
         if self.PRAXIS_CONVENTIONS:
             _praxis_conventions(decoder)
@@ -174,6 +184,13 @@ class TransformerLmExperiment(SingleTaskExperiment):
 
     def model(self) -> fdl.Config[LanguageModel]:
         return fdl.Config(LanguageModel, decoder=self.decoder())
+
+    def train(self) -> fdl.Config[Train]:
+        """The core's, training only the adapters when there are any."""
+        train = super().train()
+        if self.LORA_RANK:
+            train.learner.bprop_variable_inclusion = (ADAPTER_WEIGHTS,)
+        return train
 
     def datasets(self) -> list[fdl.Config]:
         raise NotImplementedError(f"{type(self).__name__} must choose its data")

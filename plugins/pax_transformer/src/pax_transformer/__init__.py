@@ -38,6 +38,10 @@ _EXPORTS = {
     "RotaryScaling": "pax_transformer.layers.positions",
     "LearnedPositions": "pax_transformer.layers.positions",
     "dense_init": "pax_transformer.layers.initializers",
+    # low-rank adapters
+    "Lora": "pax_transformer.layers.lora",
+    "ADAPTER_WEIGHTS": "pax_transformer.layers.lora",
+    "merge_adapter": "pax_transformer.layers.lora",
     "table_init": "pax_transformer.layers.initializers",
 }
 __all__ = sorted(["__version__", *_EXPORTS])

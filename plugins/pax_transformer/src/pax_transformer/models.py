@@ -27,6 +27,8 @@ names in brackets)::
         ffn/wo/kernel           [f, d]            ("mlp", "embed")           +fb [d]
         post_ffn_norm/scale, post_ffn_norm/bias   as attention_norm        post_norms only
     final_norm/scale, final_norm/bias             as attention_norm
+    .../lora_a [inputs..., r], .../lora_b [r, outputs...]   beside each kernel lora_targets
+                                names (r = lora_rank; axes: the kernel's, None for r)
     softmax/kernel              [d, V]            ("embed", "vocab")         untied only
     softmax/bias                [V]               ("vocab",)                 head bias only
 
@@ -63,6 +65,7 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
+from pax_transformer.layers.attention import PROJECTIONS as ATTENTION_PROJECTIONS
 from pax_transformer.layers.block import (
     ACTIVATION_AXES,
     BlockConfig,
@@ -72,6 +75,7 @@ from pax_transformer.layers.block import (
 from pax_transformer.layers.embedding import LogitsBias, Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
+from pax_transformer.layers.lora import Lora
 from pax_transformer.layers.normalization import NORMS, Norm
 from pax_transformer.layers.positions import (
     POSITIONS,
@@ -155,6 +159,12 @@ class TransformerLm(nn.Module):
     * ``position="sinusoidal_rotary"``: the sinusoid added to the inputs and rotary in
       attention both (what praxis computes when its attention's rotary is turned on).
 
+    ``lora_rank`` > 0 puts low-rank adapters (``layers/lora.py``: ``lora_a`` [inputs...,
+    rank] and ``lora_b`` [rank, outputs...] beside each adapted kernel, the update scaled by
+    ``lora_alpha / lora_rank``, ``lora_dropout`` on its inputs in training) on the
+    projections ``lora_targets`` names (query, key, value, output, gate, up, down, or regular
+    expressions over paths such as ``attention/query``); a fresh adapter changes nothing.
+
     ``fp8`` runs the blocks' attention and feed-forward projections in FP8 with delayed scaling
     (Flax's, e4m3 forward and e5m2 gradients, each tensor's scale from its largest magnitude
     over the last ``fp8_amax_history`` steps), as NVIDIA's recipe does on Hopper GPUs; the
@@ -212,6 +222,10 @@ class TransformerLm(nn.Module):
     local_rotary_base: float | None = None
     per_dim_scale: bool = False
     ffn_bias: bool | None = None
+    lora_rank: int = 0
+    lora_alpha: float = 16.0
+    lora_targets: tuple[str, ...] = ("query", "value")
+    lora_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -274,7 +288,14 @@ class TransformerLm(nn.Module):
             local_rotary_base=self.local_rotary_base,
             per_dim_scale=self.per_dim_scale,
             ffn_bias=self.ffn_bias,
+            lora=self.lora(),
         )
+
+    def lora(self) -> Lora | None:
+        """The adapters' settings (None without ``lora_rank``)."""
+        if not self.lora_rank:
+            return None
+        return Lora(self.lora_rank, self.lora_alpha, tuple(self.lora_targets), self.lora_dropout)
 
     @nn.compact
     def __call__(
@@ -466,6 +487,12 @@ def _validate_families(m: TransformerLm) -> None:
     if m.local_rotary_base is not None and not m.local_rotary_base > 0:
         raise ValueError(f"local_rotary_base must be positive or None, got "
                          f"{m.local_rotary_base}")
+    if m.lora_rank < 0:
+        raise ValueError(f"lora_rank must be 0 (no adapters) or positive, got {m.lora_rank}")
+    lora = m.lora()
+    if lora is not None and m.attention is None and m.feed_forward is None:
+        ffn = ("wi", "wi_gate", "wo") if m.gated else ("wi", "wo")
+        lora.check([*ATTENTION_PROJECTIONS, *(f"ffn/{name}" for name in ffn)])
     if m.global_every and m.stack is not None:
         raise ValueError("global_every (layers that differ: sliding or global) runs in "
                          "pax-transformer's own layer stack only, not in a custom stack such "

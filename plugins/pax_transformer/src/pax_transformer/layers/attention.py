@@ -32,6 +32,7 @@ from pax_core import axes, dot_product_attention
 from pax_transformer.layers import remat
 from pax_transformer.layers.dense import Projection
 from pax_transformer.layers.initializers import partitioned
+from pax_transformer.layers.lora import Lora
 from pax_transformer.layers.normalization import Norm
 from pax_transformer.layers.positions import (
     NO_SCALING,
@@ -41,6 +42,8 @@ from pax_transformer.layers.positions import (
 )
 
 QKV_AXES = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
+PATH = "attention"  # the part's name in a block: its projections' paths for LoRA targets
+PROJECTIONS = tuple(f"{PATH}/{name}" for name in ("query", "key", "value", "out"))
 SOFTPLUS_0_INVERSE = 1.442695041  # 1 / softplus(0) = 1 / ln 2, as praxis writes it
 
 # Whether a layer slides: a Python bool in a looped stack, a traced boolean scalar in a scan.
@@ -130,6 +133,8 @@ class Attention(nn.Module):
     multiplies the rotated queries by ``softplus(w) / softplus(0)`` per dimension (weight
     ``per_dim_scale`` [dim_per_head] named "kv", zeros at the start), on top of
     ``query_scale``: praxis's default query scaling (``PerDimScale``).
+    ``lora`` puts low-rank adapters on the projections it targets (``attention/query`` ..
+    ``attention/out``), their dropout active when ``train``.
 
     ``decode=True`` keeps the keys and values of every position seen so far in the ``cache``
     collection as ``cached_key`` and ``cached_value`` ([B, max_seq_len, kv_heads, dim_per_head]
@@ -165,16 +170,27 @@ class Attention(nn.Module):
     global_every: int = 0
     local_rotary_base: float | None = None
     per_dim_scale: bool = False
+    lora: Lora | None = None
+    train: bool = False
 
     @nn.nowrap
     def num_weights(self, model_dims: int) -> int:
-        """The four projections' kernels and biases, the query and key norms' weights and the
-        per-dimension query scale."""
+        """The four projections' kernels and biases, the query and key norms' weights, the
+        per-dimension query scale and the adapters."""
         d, b, h = model_dims, int(self.use_bias), self.dim_per_head
         qkv_b = int(self.use_bias or self.qkv_bias)
         qk_norms = 2 * (2 * h if self.norm == "layernorm" else h) if self.qk_norm else 0
-        return (d + qkv_b) * (self.num_heads + 2 * self.num_kv_heads) * h \
-            + (self.num_heads * h + b) * d + qk_norms + (h if self.per_dim_scale else 0)
+        q, kv = self.num_heads * h, self.num_kv_heads * h
+        adapters = sum(self.lora.rank * (d + width) for name, width in
+                       (("query", q), ("key", kv), ("value", kv), ("out", q))
+                       if self._adapter(name)) if self.lora else 0
+        return (d + qkv_b) * (q + 2 * kv) + (q + b) * d + qk_norms \
+            + (h if self.per_dim_scale else 0) + adapters
+
+    @nn.nowrap
+    def _adapter(self, name: str) -> Lora | None:
+        """The adapter of projection ``name``, if ``lora`` targets it."""
+        return self.lora if self.lora and self.lora.adapts(f"{PATH}/{name}") else None
 
     @nn.nowrap
     def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
@@ -190,7 +206,7 @@ class Attention(nn.Module):
     ) -> Projection:
         return Projection(
             features, in_names, out_names, self.kernel_init, use_bias, self.dtype,
-            self.param_dtype, self.fp8_amax_history, name=name,
+            self.param_dtype, self.fp8_amax_history, self._adapter(name), self.train, name=name,
         )
 
     def _head_norm(self, name: str) -> Norm:

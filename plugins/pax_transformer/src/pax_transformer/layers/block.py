@@ -23,6 +23,7 @@ from pax_core import axes
 from pax_transformer.layers.attention import Attention
 from pax_transformer.layers.feedforward import FeedForward
 from pax_transformer.layers.initializers import dense_init
+from pax_transformer.layers.lora import Lora
 from pax_transformer.layers.normalization import Norm
 from pax_transformer.layers.parts import build_part
 from pax_transformer.layers.positions import NO_SCALING, RotaryScaling
@@ -40,7 +41,8 @@ class BlockConfig:
     are the parts' templates (None: ``Attention`` and ``FeedForward``). The fields after them
     are ``TransformerLm``'s of the same names (its docstring says what each does), except
     ``rotary_scaling``: a ``RotaryScaling`` holding its ``rotary_scaling`` and that kind's four
-    parameters. Their defaults are the plain pre-norm block.
+    parameters, and ``lora``: a ``Lora`` holding its four ``lora_*`` settings (None: no
+    adapters). Their defaults are the plain pre-norm block.
 
     With ``global_every`` > 0 the layers differ (sliding or global attention, their rotary
     frequencies), so the stack calls each block with its layer index and the block hands it to
@@ -82,8 +84,10 @@ class BlockConfig:
     local_rotary_base: float | None = None
     per_dim_scale: bool = False
     ffn_bias: bool | None = None
+    lora: Lora | None = None
 
-    def attention_part(self, decode: bool = False, **kwargs: Any) -> nn.Module:
+    def attention_part(self, decode: bool = False, train: bool = False, **kwargs: Any
+                       ) -> nn.Module:
         """The attention part, completed with these settings (``kwargs``: its name)."""
         given = {"num_heads": self.num_heads, "num_kv_heads": self.num_kv_heads,
                  "dim_per_head": self.dim_per_head, "kernel_init": dense_init(self.init_std),
@@ -97,16 +101,16 @@ class BlockConfig:
                  "rotary_fraction": self.rotary_fraction, "rotary_scaling": self.rotary_scaling,
                  "sliding_window": self.sliding_window, "global_every": self.global_every,
                  "local_rotary_base": self.local_rotary_base,
-                 "per_dim_scale": self.per_dim_scale}
+                 "per_dim_scale": self.per_dim_scale, "lora": self.lora, "train": train}
         return build_part(self.attention or Attention, given, **kwargs)
 
-    def feed_forward_part(self, **kwargs: Any) -> nn.Module:
+    def feed_forward_part(self, train: bool = False, **kwargs: Any) -> nn.Module:
         """The feed-forward part, completed with these settings (``kwargs``: its name)."""
         given = {"hidden_dims": self.hidden_dims, "kernel_init": dense_init(self.init_std),
                  "activation": self.activation, "gated": self.gated,
                  "use_bias": self.use_bias if self.ffn_bias is None else self.ffn_bias,
                  "dtype": self.dtype, "param_dtype": self.param_dtype,
-                 "fp8_amax_history": self.fp8_amax_history}
+                 "fp8_amax_history": self.fp8_amax_history, "lora": self.lora, "train": train}
         return build_part(self.feed_forward or FeedForward, given, **kwargs)
 
     def norm_weights(self, model_dims: int) -> int:
@@ -171,7 +175,7 @@ class TransformerBlock(nn.Module):
         dropout = nn.Dropout(c.dropout_rate, deterministic=not self.train)
         per_layer = {"layer": layer} if c.global_every else {}
         normed = self._norm("attention_norm")(x)
-        h = c.attention_part(self.decode, name="attention")(
+        h = c.attention_part(self.decode, self.train, name="attention")(
             normed, positions, segment_ids, decode_start, **per_layer)
         if c.post_norms:
             h = self._norm("post_attention_norm")(h)
@@ -185,5 +189,5 @@ class TransformerBlock(nn.Module):
 
     def _ffn(self, x: jax.Array) -> jax.Array:
         """The feed-forward branch, with its post norm if any."""
-        h = self.config.feed_forward_part(name="ffn")(x)
+        h = self.config.feed_forward_part(self.train, name="ffn")(x)
         return self._norm("post_ffn_norm")(h) if self.config.post_norms else h

@@ -25,6 +25,7 @@ from flax.linen import fp8_ops
 from flax.typing import Initializer
 
 from pax_transformer.layers.initializers import partitioned
+from pax_transformer.layers.lora import Lora
 
 
 def _reshaped(init: Initializer, contracted: int) -> Initializer:
@@ -42,7 +43,9 @@ class Projection(nn.Module):
 
     The kernel is [*x.shape[-len(in_names):], *features] named ``(*in_names, *out_names)``;
     with ``use_bias`` a bias of shape ``features`` named ``out_names``. Computed in ``dtype``,
-    or in FP8 with delayed scaling over ``fp8_amax_history`` steps when that is above 0.
+    or in FP8 with delayed scaling over ``fp8_amax_history`` steps when that is above 0. With
+    ``lora`` a low-rank adapter beside the kernel (``lora_a``, ``lora_b``; ``layers/lora.py``),
+    its dropout active when ``train``.
     """
 
     features: tuple[int, ...]
@@ -53,6 +56,8 @@ class Projection(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     fp8_amax_history: int = 0
+    lora: Lora | None = None
+    train: bool = False
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -77,4 +82,19 @@ class Projection(nn.Module):
                 self.param_dtype,
             )
             y = y + bias.astype(self.dtype)
+        if self.lora is not None:
+            y = y + self._adapter(x)
         return y
+
+    def _adapter(self, x: jax.Array) -> jax.Array:
+        """The low-rank update ``scale * dropout(x) A B`` (``layers/lora.py``)."""
+        contracted, rank = len(self.in_names), self.lora.rank
+        a_init = _reshaped(nn.initializers.variance_scaling(1 / 3, "fan_in", "uniform"),
+                           contracted)
+        a = self.param("lora_a", partitioned(a_init, (*self.in_names, None)),
+                       (*x.shape[x.ndim - contracted:], rank), self.param_dtype)
+        b = self.param("lora_b", partitioned(nn.initializers.zeros, (None, *self.out_names)),
+                       (rank, *self.features), self.param_dtype)
+        x = nn.Dropout(self.lora.dropout, deterministic=not self.train)(x)
+        low = jnp.tensordot(x, a.astype(self.dtype), axes=contracted)
+        return jnp.tensordot(low, b.astype(self.dtype), axes=1) * self.lora.scale

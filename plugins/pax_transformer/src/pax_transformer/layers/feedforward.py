@@ -17,11 +17,13 @@ from flax.typing import Initializer
 
 from pax_core import axes
 from pax_transformer.layers.dense import Projection
+from pax_transformer.layers.lora import Lora
 from pax_transformer.layers.validation import check_choice
 
 # Logical axes of the input and output kernels.
 IN_AXES = (axes.EMBED, axes.MLP)
 OUT_AXES = (axes.MLP, axes.EMBED)
+PATH = "ffn"  # the part's name in a block: its projections' paths for LoRA targets
 
 ACTIVATIONS: dict[str, Callable[[jax.Array], jax.Array]] = {
     "relu": nn.relu,
@@ -36,7 +38,9 @@ class FeedForward(nn.Module):
 
     Kernels: ``wi`` (and ``wi_gate``) [d, hidden_dims] ("embed", "mlp"), ``wo`` [hidden_dims, d]
     ("mlp", "embed"); with ``use_bias`` a bias on each. ``fp8_amax_history`` > 0 runs the
-    three matmuls in FP8 (``Projection``).
+    three matmuls in FP8 (``Projection``). ``lora`` puts low-rank adapters on the
+    projections it targets (``ffn/wi``, ``ffn/wi_gate``, ``ffn/wo``), their dropout active when
+    ``train``.
     """
 
     hidden_dims: int
@@ -47,12 +51,26 @@ class FeedForward(nn.Module):
     dtype: Any = jnp.float32
     param_dtype: Any = jnp.float32
     fp8_amax_history: int = 0
+    lora: Lora | None = None
+    train: bool = False
 
     @nn.nowrap
     def num_weights(self, model_dims: int) -> int:
-        """``wi`` (and ``wi_gate``) and ``wo``, with their biases."""
+        """``wi`` (and ``wi_gate``) and ``wo``, with their biases and adapters."""
         d, f, b = model_dims, self.hidden_dims, int(self.use_bias)
-        return (2 if self.gated else 1) * (d + b) * f + (f + b) * d
+        adapters = sum(self.lora.rank * (d + f) for name in self.projections()
+                       if self._adapter(name)) if self.lora else 0
+        return (2 if self.gated else 1) * (d + b) * f + (f + b) * d + adapters
+
+    @nn.nowrap
+    def projections(self) -> tuple[str, ...]:
+        """The projections' names."""
+        return ("wi", "wi_gate", "wo") if self.gated else ("wi", "wo")
+
+    @nn.nowrap
+    def _adapter(self, name: str) -> Lora | None:
+        """The adapter of projection ``name``, if ``lora`` targets it."""
+        return self.lora if self.lora and self.lora.adapts(f"{PATH}/{name}") else None
 
     @nn.nowrap
     def train_flops_per_token(self, model_dims: int, seq_len: int) -> float:
@@ -63,7 +81,7 @@ class FeedForward(nn.Module):
     def _dense(self, features: int, names: tuple[str, str], name: str) -> Projection:
         return Projection(
             (features,), names[:1], names[1:], self.kernel_init, self.use_bias, self.dtype,
-            self.param_dtype, self.fp8_amax_history, name=name,
+            self.param_dtype, self.fp8_amax_history, self._adapter(name), self.train, name=name,
         )
 
     @nn.compact
