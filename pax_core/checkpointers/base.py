@@ -40,7 +40,9 @@ class CheckpointSettings:
 class Weights:
     """What a weights-only step holds (written by ``pax import``): a model's parameters and
     its state, without optimizer state, step or RNG key. A run restoring one starts its
-    optimizer afresh on them, at step 0."""
+    optimizer afresh on them, at step 0. The step may lack parameters the model has (the
+    adapters added to an imported model): ``params`` holds those it has, and the run decides
+    about the rest (``task.train.init_from_ignore``: they start fresh)."""
 
     params: Any
     model_state: Any = dataclasses.field(default_factory=dict)
@@ -136,15 +138,20 @@ def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
     return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in leaves}
 
 
-def check_params_match(step: int, saved: Any, expected: Any) -> None:
-    """Refuse a restore whose parameters differ from the configured model's."""
+def check_params_match(step: int, saved: Any, expected: Any, absent_ok: bool = False) -> None:
+    """Refuse a restore whose parameters differ from the configured model's (``absent_ok``: a
+    weights-only step may lack some, ``Weights``)."""
     saved_shapes, expected_shapes = _shapes(saved), _shapes(expected)
     for path in sorted(set(saved_shapes) | set(expected_shapes)):
         have, want = saved_shapes.get(path), expected_shapes.get(path)
-        if have != want:
-            raise UsageError(
-                f"the checkpoint at step {step} does not fit this config: params{path} is "
-                f"{have or 'absent'} in the checkpoint and {want or 'absent'} in the config; "
-                f"the experiment or its overrides differ from the run that wrote it (use the "
-                f"same --set values, or another --job-dir)"
-            )
+        if have != want and not (absent_ok and have is None):
+            raise params_mismatch(step, path, have, want)
+
+
+def params_mismatch(step: int, path: str, have: Any, want: Any) -> UsageError:
+    """The one line that says a step's parameter ``path`` (``['decoder'][...]``) does not fit."""
+    return UsageError(
+        f"the checkpoint at step {step} does not fit this config: params{path} is "
+        f"{have or 'absent'} in the checkpoint and {want or 'absent'} in the config; "
+        f"the experiment or its overrides differ from the run that wrote it (use the "
+        f"same --set values, or another --job-dir)")

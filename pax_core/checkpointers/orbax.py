@@ -265,8 +265,8 @@ class OrbaxCheckpointer(Checkpointer):
             saved = self._manager.item_metadata(step)["state"].tree
         except Exception as e:
             raise DamagedCheckpoint(f"its metadata does not read ({first_line(e, 300)})") from e
-        check_params_match(step, saved["params"], abstract_state.params)
         weights_only = "opt_state" not in saved
+        check_params_match(step, saved["params"], abstract_state.params, absent_ok=weights_only)
         if weights_only:  # no input position either
             args = self._ocp.args.Composite(
                 state=self._ocp.args.StandardRestore(_weights_tree(saved, abstract_state)))
@@ -298,10 +298,17 @@ class OrbaxCheckpointer(Checkpointer):
         self._manager.close()
 
 
+def _held(abstract: Any, saved: Any) -> Any:
+    """The part of the ``abstract`` parameters the ``saved`` tree holds."""
+    if not isinstance(abstract, dict):
+        return abstract
+    return {k: _held(v, saved[k]) for k, v in abstract.items() if k in saved}
+
+
 def _weights_tree(saved: Any, abstract_state: Any) -> dict[str, Any]:
-    """What a weights-only step is restored onto: the parameters, and the model state if the
-    step holds one (Orbax keeps no empty collection)."""
-    tree = {"params": abstract_state.params}
+    """What a weights-only step is restored onto: the parameters it holds (``Weights``), and
+    the model state if the step holds one (Orbax keeps no empty collection)."""
+    tree = {"params": _held(abstract_state.params, saved["params"])}
     if saved.get("model_state"):
         tree["model_state"] = abstract_state.model_state
     return tree

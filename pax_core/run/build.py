@@ -16,7 +16,13 @@ import jax
 import jax.extend
 import numpy as np
 
-from pax_core.checkpointers.base import Checkpointer, CheckpointSettings, StepRemoved, Weights
+from pax_core.checkpointers.base import (
+    Checkpointer,
+    CheckpointSettings,
+    StepRemoved,
+    Weights,
+    params_mismatch,
+)
 from pax_core.checkpointers.integrity import DamagedCheckpoint, UnverifiedCheckpoint
 from pax_core.config.resolve import ResolvedExperiment
 from pax_core.config.task import Job, Task, trained_mask
@@ -166,13 +172,38 @@ class Run:
         return self.partitioner.compile_init(init, self.state_shardings)(seed)
 
 
-    def state_from_weights(self, weights: Weights) -> TrainState:
+    def state_from_weights(self, weights: Weights, step: int = 0) -> TrainState:
         """A fresh state around restored weights (a weights-only step: an imported model),
-        on the run's shardings: the optimizer state as it starts on these parameters."""
+        on the run's shardings: the optimizer state as it starts on these parameters. The
+        parameters the step lacks start as a fresh run's when ``task.train.init_from_ignore``
+        matches them (adapters added to an imported model), and are refused otherwise."""
+        restored, params = weights.params, weights.params
+        held = key_paths(restored)
+        absent = [p for p in key_paths(self.abstract_state.params) if p not in held]
+        if absent:
+            for path in absent:
+                if not any(re.fullmatch(p, "/".join(path))
+                           for p in self.task.train.init_from_ignore):
+                    want = tuple(_at(self.abstract_state.params, path).shape)
+                    raise params_mismatch(step, "".join(f"['{k}']" for k in path), None, want)
+            params = jax.tree_util.tree_map_with_path(
+                lambda path, leaf: _at(restored, _key(path)) if _key(path) in held else leaf,
+                self.init_state().params)
         seed = np.uint32(self.task.train.random_seed)
         make = self.partitioner.compile_init(
             lambda p, m, s: state_from_weights(self.tx, p, m, s), self.state_shardings)
-        return make(weights.params, weights.model_state, seed)
+        return make(params, weights.model_state, seed)
+
+
+def _key(path: Any) -> tuple[str, ...]:
+    """A JAX key path as the strings ``key_paths`` names it by."""
+    return tuple(str(getattr(k, "key", k)) for k in path)
+
+
+def _at(tree: Any, keys: tuple[str, ...]) -> Any:
+    for key in keys:
+        tree = tree[key]
+    return tree
 
 
 _READS = 5  # listings of the steps a reader tries, while its job saves and drops steps
@@ -214,7 +245,7 @@ def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,
             try:
                 state, input_state = checkpointer.restore(step, run.abstract_state)
                 if isinstance(state, Weights):
-                    state = run.state_from_weights(state)
+                    state = run.state_from_weights(state, step)
                 if input_state:
                     _set_input_position(run.train_input, input_state)
             except DamagedCheckpoint as e:

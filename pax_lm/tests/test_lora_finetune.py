@@ -1,6 +1,7 @@
 """``LORA_RANK``: an LM experiment trains low-rank adapters alone. The base weights stay
 bitwise as they were, the adapters move and the loss falls, and the optimizer holds state
-for the adapters only: a small fraction of full fine-tuning's."""
+for the adapters only: a small fraction of full fine-tuning's. On an imported job the
+adapters start fresh beside the imported weights."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from pax_core.testing import build_run, isolated_host, resolve
+from pax_core.testing import build_run, import_job, isolated_host, read_params, resolve, run_pax
 
 TINY = ["NUM_TRAIN_STEPS=8", "LEARNING_RATE=1e-2", "LR_SCHEDULE='constant'"]
 
@@ -57,3 +58,35 @@ def test_adapters_train_alone_and_the_optimizer_holds_only_theirs(host):
     # Adam's two moments of each adapter weight (and counters), none of the base's.
     assert 2 * adapter_weights <= _size(end.opt_state) < 2 * adapter_weights + 16
     assert _size(full.opt_state) >= 2 * _size(full.params)
+
+
+def test_adapters_on_an_imported_job_start_fresh_and_train_alone(host, tmp_path):
+    """An imported job's weights-only step lacks the adapters ``LORA_RANK`` adds: they start
+    fresh (``init_from_ignore``), the imported weights stay as imported."""
+    from test_paxml_import import DATA, EXP, TINY
+
+    job = tmp_path / "job"
+    import_job(host, format_name="paxml", source=str(DATA), output=str(job), exp=EXP,
+               set_items=TINY)
+    imported = read_params(job, step=0)  # by path: "['decoder']['stack']..."
+    result = run_pax("train", "--job-dir", str(job), "--set", "LORA_RANK=2",
+                     "--set", "NUM_TRAIN_STEPS=3", "--set", "LEARNING_RATE=1e-2")
+    assert result.returncode == 0, result.stderr
+    trained = read_params(job, step=3)
+    adapters = {k for k in trained if "['lora_" in k}
+    assert adapters and set(trained) - adapters == set(imported)
+    for name, value in imported.items():
+        np.testing.assert_array_equal(trained[name], value, err_msg=name)
+    assert all(np.abs(trained[k]).max() > 0 for k in adapters if k.endswith("['lora_b']"))
+
+
+def test_parameters_an_imported_step_lacks_are_refused_unless_ignored(host, tmp_path):
+    from test_paxml_import import DATA, EXP, TINY
+
+    job = tmp_path / "job"
+    import_job(host, format_name="paxml", source=str(DATA), output=str(job), exp=EXP,
+               set_items=TINY)
+    result = run_pax("train", "--job-dir", str(job), "--set", "LORA_RANK=2",
+                     "--set", "task.train.init_from_ignore=()", "--set", "NUM_TRAIN_STEPS=1")
+    assert result.returncode == 2, result.stderr
+    assert "lora_a'] is absent in the checkpoint" in result.stderr, result.stderr

@@ -17,6 +17,8 @@ _EXPORTS = {
     "TinyLmForTests": "pax_lm.experiments.quickstart",
     "TextInput": "pax_lm.inputs.text",
     "TokensInput": "pax_lm.inputs.tokens",
+    "ChatInput": "pax_lm.sft.chat_input",
+    "SftDataset": "pax_lm.sft.dataset",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = public_face(__name__, _EXPORTS)

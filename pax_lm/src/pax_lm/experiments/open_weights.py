@@ -5,9 +5,10 @@ from the source's ``config.json`` (recorded as the job's overrides, so ``pax tra
 eval`` and ``pax decode`` rebuild the same model), and its defaults are those of continued
 training rather than of a run from scratch: a small learning rate with a short warm-up, no
 weight decay, the weights in float32 and the compute in the checkpoint's dtype. It reads the
-user's text (``CORPUS_PATH``) or prepared datasets (``TRAIN_DATA``, prepared with the model's
-tokenizer), else the default corpus, through the model's own tokenizer (``TOKENIZER``, the
-job's copy).
+user's text (``CORPUS_PATH``), prepared datasets (``TRAIN_DATA``, prepared with the model's
+tokenizer) or conversations (``SFT_DATA``, written with the model's chat template), else the
+default corpus, through the model's own tokenizer (``TOKENIZER``, the job's copy); with
+``LORA_RANK`` it trains low-rank adapters alone.
 """
 
 from __future__ import annotations

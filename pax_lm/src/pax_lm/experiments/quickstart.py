@@ -1,13 +1,12 @@
 """Small language models that train on a laptop CPU: the quick start and the tests' models.
 
 Both read the default corpus (the King James Bible, from ``pax-lm[corpus]``) as UTF-8 bytes, so
-they need no tokenizer file and no data download; or the user's text (``CORPUS_PATH``), or
-datasets prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``).
+they need no tokenizer file and no data download; or the user's text (``CORPUS_PATH``), datasets
+prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``), or conversations to fine-tune
+on (``SFT_DATA``, see ``pax_lm.sft``).
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import fiddle as fdl
 
@@ -16,15 +15,18 @@ from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.inputs.tokens import TokensInput
-from pax_lm.tokenizers import ByteTokenizer, tokenizer_from_path
+from pax_lm.sft.chat_input import ChatInput
+from pax_lm.sft.dataset import SftDataset
+from pax_lm.tokenizers import ByteTokenizer
 
 
-class TextCorpusDataset:
+class TextCorpusDataset(SftDataset):
     """Mixin: ``CORPUS_PATH`` (None: the default corpus) tokenized by ``TOKENIZER`` ('bytes', a
     SentencePiece .model or a Hugging Face .json file), packed into rows, with a held-out split
     for eval; or, with ``TRAIN_DATA`` (a prepared dataset, or {path: weight} for a mixture),
     prepared datasets streamed by ``INPUT_WORKERS`` processes, evaluated on all of
-    ``EVAL_DATA`` (if given)."""
+    ``EVAL_DATA`` (if given); or, with ``SFT_DATA``, conversations to fine-tune on
+    (``SftDataset``)."""
 
     TOKENIZER = "bytes"
     CORPUS_PATH: str | None = None
@@ -33,7 +35,13 @@ class TextCorpusDataset:
     EVAL_DATA: str | None = None
     INPUT_WORKERS = 0
 
-    def datasets(self) -> list[fdl.Config[TextInput] | fdl.Config[TokensInput]]:
+    def datasets(self) -> list[fdl.Config[TextInput] | fdl.Config[TokensInput]
+                                | fdl.Config[ChatInput]]:
+        if self.SFT_DATA is not None:
+            if self.CORPUS_PATH is not None or self.TRAIN_DATA is not None:
+                raise UsageError("give SFT_DATA (conversations) or CORPUS_PATH / TRAIN_DATA "
+                                 "(text), not both")
+            return self.chat_datasets()
         if self.TRAIN_DATA is not None:
             return self._prepared_datasets()
         common = dict(path=self.CORPUS_PATH, tokenizer=self.tokenizer(),
@@ -44,12 +52,6 @@ class TextCorpusDataset:
             fdl.Config(TextInput, name="heldout", split="eval", is_training=False, seed=4321,
                        eval_num_batches=self.EVAL_BATCHES, **common),
         ]
-
-    def tokenizer(self) -> fdl.Config:
-        """The ``TOKENIZER`` as a config."""
-        made = tokenizer_from_path(self.TOKENIZER)
-        fields = {f.name: getattr(made, f.name) for f in dataclasses.fields(made)}
-        return fdl.Config(type(made), **fields)
 
     def _prepared_datasets(self) -> list[fdl.Config[TokensInput]]:
         if self.CORPUS_PATH is not None:

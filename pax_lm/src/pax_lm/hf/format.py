@@ -7,6 +7,7 @@
 dtype: bfloat16, or float32 exactly as trained): sharded safetensors,
 ``config.json``, ``generation_config.json`` and the tokenizer's files, which
 ``transformers.AutoModelForCausalLM.from_pretrained`` loads with no missing or unexpected keys.
+A model's low-rank adapters are folded into its weights (``peft.py`` writes them apart).
 Nothing here imports torch or transformers.
 """
 
@@ -24,6 +25,7 @@ import numpy as np
 from pax_core import SourceModel, UsageError, WeightFormat
 from pax_lm.hf import families, tensors
 from pax_lm.hf.safetensors_files import list_tensors, read_tensor, write_tensors
+from pax_transformer import merge_adapter
 
 EXPERIMENT = "OpenWeightsLm"
 # Tokenizer files a Hugging Face folder may hold, carried into a job and out of it again.
@@ -128,10 +130,11 @@ class HfFormat(WeightFormat):
         if tokenizer is not None:
             config.update(bos_token_id=tokenizer.bos_id, eos_token_id=tokenizer.eos_id)
         entries = tensors.entries(family.names, decoder)
+        fetch = merging(decoder, params)
 
         def converted() -> Iterator[tuple[str, np.ndarray]]:
             for entry in entries:
-                values = entry.to_hf([params(("decoder", *p)) for p in entry.pax])
+                values = entry.to_hf([fetch(("decoder", *p)) for p in entry.pax])
                 yield from ((name, value.astype(stored))
                             for name, value in zip(entry.hf, values, strict=True))
 
@@ -145,6 +148,24 @@ class HfFormat(WeightFormat):
             for name in TOKENIZER_FILES:
                 if (folder / name).exists():
                     shutil.copyfile(folder / name, output / name)
+
+
+def merging(decoder: Any, params: Callable[[tuple[str, ...]], np.ndarray]
+            ) -> Callable[[tuple[str, ...]], np.ndarray]:
+    """``params`` with each adapted kernel's low-rank adapter folded in: what a model with
+    adapters computes, as plain weights."""
+    lora = decoder.lora()
+    if lora is None:
+        return params
+
+    def fetch(path: tuple[str, ...]) -> np.ndarray:
+        value = params(path)
+        if path[-1] == "kernel" and lora.adapts("/".join(path[-3:-1])):
+            a, b = (params((*path[:-1], name)) for name in ("lora_a", "lora_b"))
+            value = merge_adapter(value, a, b, lora.scale)
+        return value
+
+    return fetch
 
 
 _ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",

@@ -9,7 +9,9 @@ to checkpoint.
 Each document is tokenized as ``[bos, *text, eos]`` and laid out as ``pax_lm.inputs.packing``
 describes (``pack``: first-fit, a segment per piece; ``concat``: one stream cut into rows), here
 for the whole split at once. For corpora too large for memory, prepare them (``pax data
-prepare``) and read them with ``pax_lm.inputs.tokens.TokensInput``.
+prepare``) and read them with ``pax_lm.inputs.tokens.TokensInput``. ``RowsInput`` is what any
+input of rows made in memory shares (``pax_lm.sft.chat_input.ChatInput`` is another), and
+``lay_out_rows`` lays out token sequences with, optionally, a weight per token.
 
 Global batch ``k`` is rows ``k*batch_size ... (k+1)*batch_size-1`` of the (shuffled) row stream
 whatever the process count, and each process takes its block of them; so the position (a number
@@ -40,24 +42,15 @@ SPLITS = ("train", "eval")
 
 
 @dataclasses.dataclass
-class TextInput(LmInput):
-    """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
-    (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
-    or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
-
-    ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
-    the rest. A finite input ends with ``StopIteration``; its last batch is filled with padding
-    rows (weight 0), so every held-out token is evaluated once and every process reads the same
-    number of batches.
-    ``num_rows`` is the number of rows of text (padding rows aside).
-    """
+class RowsInput(LmInput):
+    """Base of the inputs whose rows are made in memory from one split of their source (text,
+    conversations): built on first use, refused when too few for a batch, padded to whole
+    batches when finite, and read by index. A subclass makes the rows (``_split_rows``) and
+    names its source."""
 
     READ_AHEAD: ClassVar[int] = 0
-    CHANGED: ClassVar[str] = ("the text, tokenizer, split, seed, batch_size, seq_len, packing, "
-                              "shuffle or repeat")
+    MATERIAL: ClassVar[str] = "text"  # what the user gives more of when a split is too small
 
-    path: str | None = None
-    text_key: str = "text"
     split: str = "train"
     eval_fraction: float = 0.02
 
@@ -85,13 +78,16 @@ class TextInput(LmInput):
         """Rows of text (padding rows aside)."""
         return self._data()[1]
 
+    def _split_rows(self) -> dict[str, np.ndarray]:
+        """The rows of this split, as ``lay_out_rows`` makes them."""
+        raise NotImplementedError(f"{type(self).__name__} must define _split_rows()")
+
+    def _source(self) -> str:
+        """The source as messages name it."""
+        raise NotImplementedError(f"{type(self).__name__} must define _source()")
+
     def _load(self) -> tuple[dict[str, np.ndarray], int, str]:
-        documents = self._documents()
-        if self.eval_fraction > 0:
-            documents = split_documents(documents, self.split, self.eval_fraction,
-                                        self._source())
-        rows = _make_rows(self.tokenizer.encode_batch(documents), self.tokenizer,
-                          self.seq_len, self.packing)
+        rows = self._split_rows()
         text_rows = len(rows["ids"])
         if text_rows < self.batch_size:
             raise UsageError(
@@ -99,7 +95,7 @@ class TextInput(LmInput):
                 f"{text_rows} rows of {self.seq_len} tokens, fewer than batch_size "
                 f"{self.batch_size}; lower batch_size or seq_len"
                 + (", raise eval_fraction" if self.split == "eval" else "")
-                + " or give more text")
+                + f" or give more {self.MATERIAL}")
         if not self.repeats:
             rows = self._padded_to_whole_batches(rows)
         identity = hashlib.sha256()
@@ -116,14 +112,6 @@ class TextInput(LmInput):
         if not 0 <= self.eval_fraction < 1 or (self.eval_fraction == 0 and self.split == "eval"):
             raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
                              f"split 'train' only), got {self.eval_fraction}")
-
-    def _source(self) -> str:
-        return self.path if self.path is not None else "the default corpus"
-
-    def _documents(self) -> list[str]:
-        if self.path is None:
-            return default_corpus()
-        return read_documents(self.path, self.text_key)
 
     def _padded_to_whole_batches(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = -len(rows["ids"]) % self.batch_size
@@ -150,6 +138,42 @@ class TextInput(LmInput):
         super().set_state(state)
 
 
+@dataclasses.dataclass
+class TextInput(RowsInput):
+    """Next-token batches ``ids``, ``labels``, ``weights``, ``segment_ids``, ``segment_pos``
+    (each ``[local batch, seq_len]``) from ``path`` (None: the default corpus; else a ``.txt``
+    or ``.jsonl`` file or a folder of them, see ``pax_lm.corpus.read_documents``).
+
+    ``split="eval"`` holds out ``eval_fraction`` of the documents (at least one); ``"train"`` is
+    the rest. A finite input ends with ``StopIteration``; its last batch is filled with padding
+    rows (weight 0), so every held-out token is evaluated once and every process reads the same
+    number of batches.
+    ``num_rows`` is the number of rows of text (padding rows aside).
+    """
+
+    CHANGED: ClassVar[str] = ("the text, tokenizer, split, seed, batch_size, seq_len, packing, "
+                              "shuffle or repeat")
+
+    path: str | None = None
+    text_key: str = "text"
+
+    def _split_rows(self) -> dict[str, np.ndarray]:
+        documents = self._documents()
+        if self.eval_fraction > 0:
+            documents = split_documents(documents, self.split, self.eval_fraction,
+                                        self._source())
+        return _make_rows(self.tokenizer.encode_batch(documents), self.tokenizer,
+                          self.seq_len, self.packing)
+
+    def _source(self) -> str:
+        return self.path if self.path is not None else "the default corpus"
+
+    def _documents(self) -> list[str]:
+        if self.path is None:
+            return default_corpus()
+        return read_documents(self.path, self.text_key)
+
+
 class _GatherRows:
     """Global batch ``k`` -> this process's rows of it, from the rows in memory."""
 
@@ -160,8 +184,11 @@ class _GatherRows:
 
     def __call__(self, k: int) -> dict[str, np.ndarray]:
         indices = [self.order[k * self.batch_size + row] for row in self.process_rows]
-        batch = {key: v[indices].astype(np.int32) for key, v in self.rows.items()}
-        batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
+        batch = {key: v[indices].astype(np.int32) for key, v in self.rows.items()
+                 if key != "weights"}
+        weights = self.rows.get("weights")  # rows that train on some tokens only carry theirs
+        batch["weights"] = (batch["segment_ids"] > 0 if weights is None
+                            else weights[indices]).astype(np.float32)
         return batch
 
 
@@ -186,14 +213,8 @@ def split_documents(documents: Sequence[str], split: str, eval_fraction: float,
 
 def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
                packing: str) -> dict[str, np.ndarray]:
-    """``ids``, ``labels``, ``segment_ids`` and ``segment_pos`` (``[rows, seq_len]``) of the
-    tokenized ``documents``, which it empties as it goes; padding has ``segment_ids`` 0 and the
-    pad id.
-
-    Each array takes the narrowest unsigned type that holds its values (uint16 for a vocabulary
-    and a row of under 65,536), and the tokens are copied piece by piece rather than through
-    per-token index arrays: the rows of a corpus take a quarter of int64 indices' memory, and
-    the process keeps no high-water mark from building them (``_GatherRows`` widens each batch)."""
+    """The rows of the tokenized ``documents``, each as ``[bos, *text, eos]``; it empties
+    ``documents`` as it goes, so that the corpus is held about once."""
     lengths = np.array([len(doc) + 2 for doc in documents], np.int64)
     stream = np.empty(int(lengths.sum()), np.int32)
     at = 0
@@ -202,6 +223,21 @@ def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
             tokenizer.bos_id, doc, tokenizer.eos_id)
         at += len(doc) + 2
         documents[i] = None
+    return lay_out_rows(stream, lengths, tokenizer, seq_len, packing)
+
+
+def lay_out_rows(stream: np.ndarray, lengths: np.ndarray, tokenizer: Tokenizer, seq_len: int,
+                 packing: str, trained: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """``ids``, ``labels``, ``segment_ids`` and ``segment_pos`` (``[rows, seq_len]``) of the
+    token sequences of ``lengths`` that follow one another in ``stream``, laid out as
+    ``pax_lm.inputs.packing`` describes; padding has ``segment_ids`` 0 and the pad id. With
+    ``trained`` (a flag per token of ``stream``), ``weights`` too: 1 where the label is a token
+    to train on, 0 elsewhere (batches take it instead of every non-padding position).
+
+    Each array takes the narrowest unsigned type that holds its values (uint16 for a vocabulary
+    and a row of under 65,536), and the tokens are copied piece by piece rather than through
+    per-token index arrays: the rows of a corpus take a quarter of int64 indices' memory, and
+    the process keeps no high-water mark from building them (``_GatherRows`` widens each batch)."""
     if packing == "pack":
         piece_start, piece_len, _ = cut_pieces(np.cumsum(lengths) - lengths, lengths, seq_len)
         row, offset, segment = first_fit(piece_len, seq_len)
@@ -214,6 +250,8 @@ def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
     rows = {"ids": np.full(shape, tokenizer.pad_id, tokens),
             "labels": np.full(shape, tokenizer.pad_id, tokens),
             "segment_ids": np.zeros(shape, places), "segment_pos": np.zeros(shape, places)}
+    if trained is not None:
+        rows["weights"] = np.zeros(shape, np.uint8)
     columns = np.arange(seq_len)
     for r, c, n, s, g in zip(row.tolist(), offset.tolist(), piece_len.tolist(),
                              piece_start.tolist(), segment.tolist(), strict=True):
@@ -221,6 +259,8 @@ def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,
         rows["labels"][r, c:c + n] = stream[s + 1:s + n + 1]
         rows["segment_ids"][r, c:c + n] = g
         rows["segment_pos"][r, c:c + n] = columns[:n]
+        if trained is not None:
+            rows["weights"][r, c:c + n] = trained[s + 1:s + n + 1]
     return rows
 
 

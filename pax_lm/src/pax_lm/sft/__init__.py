@@ -1,0 +1,3 @@
+"""Supervised fine-tuning on conversations: JSONL conversations (``conversations``), chat
+templates that mark the assistant's tokens (``templates``), the input that trains on those
+tokens only (``chat_input``), and the experiment mixin (``dataset``)."""
