@@ -159,16 +159,17 @@ def ray(session: nox.Session) -> None:
 # torch for CPU, from a local wheel folder where the machine keeps one (PyPI's Linux wheel of
 # torch pulls the CUDA libraries, gigabytes a CPU test does not use).
 TORCH_WHEELS = os.environ.get("PAX_TORCH_WHEELS", "/opt/wheels")
-HF_TEST_REQUIREMENTS = ("torch>=2.4,<3", "transformers>=4.56,<6", "sentencepiece>=0.2,<0.3")
+HF_TEST_REQUIREMENTS = ("torch>=2.4,<3", "transformers>=4.56,<6", "sentencepiece>=0.2,<0.3",
+                        "peft>=0.17,<1")
 
 
 @nox.session
 def hf(session: nox.Session) -> None:
     """Hugging Face interchange against transformers itself: tiny random models of every open
     family built and saved by transformers, imported (`pax import hf`), their logits and greedy
-    tokens compared, exported (`pax export --format hf`) and loaded by `from_pretrained`.
-    torch and transformers are installed here alone: no package of the repository depends on
-    them."""
+    tokens compared, exported (`pax export --format hf`) and loaded by `from_pretrained`, and
+    trained adapters exported merged and as PEFT's folder (peft). torch, transformers and peft
+    are installed here alone: no package of the repository depends on them."""
     links = ["--find-links", TORCH_WHEELS] if os.path.isdir(TORCH_WHEELS) else []
     session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
                     "-e", "pax_lm[corpus]", *HF_TEST_REQUIREMENTS)

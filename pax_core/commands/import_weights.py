@@ -45,6 +45,9 @@ def import_job(host: PluginHost, *, format_name: str, source: str, output: str,
         raise UsageError(f"{source} does not exist; give the folder (or file) to import")
     folder = OutputFolder(output, "import")
     fmt = weight_format(host, format_name)
+    if not fmt.reads:
+        raise UsageError(f"{format_name}: pax import does not read it (pax export --format "
+                         f"{format_name} writes it)")
     found = fmt.inspect(src, folder.target / ASSETS, exp, list(set_items or []))
     jd = JobDir(folder.partial)
     run = prepare_run(host, found.experiment, None, found.overrides, jd, platform, None,

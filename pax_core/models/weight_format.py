@@ -14,7 +14,6 @@ model), and ``pax train`` continues from it with a fresh optimizer state.
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -38,32 +37,33 @@ class SourceModel:
     files: dict[str, Path] = dataclasses.field(default_factory=dict)
 
 
-class WeightFormat(abc.ABC):
+class WeightFormat:
     """One foreign layout of a model's weights. Implementations raise ``UsageError`` (one line,
     naming what is wrong and what to do) for anything the format cannot express or the source
     lacks, before anything is written."""
 
+    reads: ClassVar[bool] = True  # whether ``pax import`` reads it (``inspect``, ``read``)
     writes: ClassVar[bool] = True  # whether ``pax export --format`` writes it (``write``)
 
-    @abc.abstractmethod
     def inspect(self, source: Path, assets: Path, exp: str | None, set_items: list[str]
                 ) -> SourceModel:
         """Read what ``source`` says of its model (its configuration, not its weights).
         ``assets`` is where the job's carried files will be (``JOB_DIR/assets``); ``exp`` and
         ``set_items`` are the user's (a format whose files do not say which model they hold
-        requires ``exp``)."""
+        requires ``exp``). Only a format with ``reads`` True defines it, and ``read``."""
+        raise NotImplementedError(f"{type(self).__name__} is written by pax export only")
 
     def recognises(self, source: Path) -> bool:
         """Whether ``source`` is a folder of this format (``task.train.init_from`` asks each
         format in turn); a format that cannot tell says no."""
         return False
 
-    @abc.abstractmethod
     def read(self, source: Path, model: Any) -> Iterator[tuple[ParamPath, np.ndarray]]:
         """The source's weights as ``(path, array)`` pairs, one tensor at a time, for the
         job's ``model`` object: ``path`` is a key path into the model's parameters (the format
         knows the model's layout: a scanned stack's weights come stacked). The importer checks
         each array's shape and dtype and that every parameter comes exactly once."""
+        raise NotImplementedError(f"{type(self).__name__} is written by pax export only")
 
     def write(self, output: Path, model: Any, params: Callable[[ParamPath], np.ndarray],
               datasets: list[Any]) -> None:

@@ -136,3 +136,12 @@ def test_an_output_that_is_not_empty_is_left_alone(tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "exists and is not empty" in result.stderr
     assert sorted(p.name for p in job.iterdir()) == ["notes.txt"]
+
+
+def test_peft_folders_are_not_imported(tmp_path):
+    """PEFT's format is written by ``pax export`` only (its folders hold no base model)."""
+    source = _folder(tmp_path)
+    result = run_pax("import", "peft", str(source), "--output", str(tmp_path / "job"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "pax import does not read it" in result.stderr
+    assert not (tmp_path / "job").exists()

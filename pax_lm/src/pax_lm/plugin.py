@@ -42,5 +42,7 @@ def pax_register_experiments():
 def pax_register_weight_formats():
     return [Component("hf", "pax_lm.hf.format:HfFormat",
                       "Hugging Face folders of decoder LMs: config.json, safetensors, tokenizer"),
+            Component("peft", "pax_lm.hf.peft:PeftFormat",
+                      "PEFT's LoRA adapter folders of a job's adapters (export only)"),
             Component("paxml", "pax_lm.paxml.format:PaxmlFormat",
                       "paxml checkpoints of Pax's LM catalogue (import only; needs --exp)")]

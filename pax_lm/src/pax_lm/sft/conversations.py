@@ -14,7 +14,9 @@ conversation must hold an assistant turn with text: a conversation without one h
 train on, and an empty answer would teach the model to stop at once.
 
 The held-out split is chosen by a hash of each conversation (``split_conversations``), as
-``pax_lm.inputs.text.split_documents`` chooses documents.
+``pax_lm.inputs.text.split_documents`` chooses documents. Preference pairs
+(``pax_lm.dpo.pairs``) are read from JSONL the same way (``read_jsonl``) and their prompts'
+turns checked alike (``parse_turns``).
 """
 
 from __future__ import annotations
@@ -22,12 +24,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pax_core import UsageError
 from pax_lm.inputs.text import split_documents
 
+T = TypeVar("T")
 ROLES = ("system", "user", "assistant")
 FORMS = '{"messages": [{"role": ..., "content": ...}, ...]} or {"prompt": ..., "response": ...}'
 
@@ -49,26 +53,36 @@ class Conversation:
 def read_conversations(path: str | os.PathLike) -> list[Conversation]:
     """The conversations of ``path``: a ``.jsonl`` file, or a folder searched recursively for
     them (sorted by path; hidden files and folders skipped)."""
+    return read_jsonl(path, _conversation, "conversation", FORMS)
+
+
+def read_jsonl(path: str | os.PathLike, parse: Callable[[dict[str, Any], str], T], what: str,
+               forms: str) -> list[T]:
+    """The records of ``path`` (a ``.jsonl`` file, or a folder searched recursively for them,
+    sorted by path, hidden files and folders skipped), each non-blank line a JSON object read
+    by ``parse(record, "file:line")``. ``what`` names one record in messages (``"conversation"``)
+    and ``forms`` shows how to write one."""
     root = Path(path)
     if not root.exists():
-        raise UsageError(f"no such file or folder: {root}; give a .jsonl file of conversations "
-                         f"or a folder of them")
+        raise UsageError(f"no such file or folder: {root}; give a .jsonl file of {what}s or a "
+                         f"folder of them")
     if root.is_file():
         files = [root]
     else:
         files = sorted(p for p in root.rglob("*.jsonl") if p.is_file() and not any(
             part.startswith(".") for part in p.relative_to(root).parts))
         if not files:
-            raise UsageError(f"no .jsonl files under {root}; give a .jsonl file of "
-                             f"conversations or a folder of them")
-    conversations = [c for file in files for c in file_conversations(file)]
-    if not conversations:
-        raise UsageError(f"no conversations in {root}; write one per line as {FORMS}")
-    return conversations
+            raise UsageError(f"no .jsonl files under {root}; give a .jsonl file of {what}s or "
+                             f"a folder of them")
+    records = [r for file in files for r in _file_records(file, parse, what, forms)]
+    if not records:
+        raise UsageError(f"no {what}s in {root}; write one per line as {forms}")
+    return records
 
 
-def file_conversations(file: Path) -> list[Conversation]:
-    """The conversations of one JSONL file, each line checked."""
+def _file_records(file: Path, parse: Callable[[dict[str, Any], str], T], what: str,
+                  forms: str) -> list[T]:
+    """The records of one JSONL file, each line checked."""
     try:
         text = file.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:
@@ -76,13 +90,13 @@ def file_conversations(file: Path) -> list[Conversation]:
                          f"UTF-8") from None
     except OSError as e:
         raise UsageError(f"cannot read {file}: {e.strerror or e}") from None
-    conversations = []
+    records = []
     # Only a newline ends a line: JSON strings may hold other line separators (U+2028).
     for number, line in enumerate(text.split("\n"), 1):
         if line.strip():
             where = f"{file}:{number}"
-            conversations.append(Conversation(_messages(_record(line, where), where), where))
-    return conversations
+            records.append(parse(_record(line, where, what, forms), where))
+    return records
 
 
 def split_conversations(conversations: list[Conversation], split: str, eval_fraction: float,
@@ -93,25 +107,25 @@ def split_conversations(conversations: list[Conversation], split: str, eval_frac
     return [c for c in conversations if c.key in chosen]
 
 
-def _record(line: str, where: str) -> dict[str, Any]:
+def _record(line: str, where: str, what: str, forms: str) -> dict[str, Any]:
     try:
         record = json.loads(line)
     except json.JSONDecodeError as e:
         raise UsageError(f"{where}: not JSON ({e.msg} at column {e.colno}); write each "
-                         f"conversation on one line as {FORMS}") from None
+                         f"{what} on one line as {forms}") from None
     if not isinstance(record, dict):
-        raise UsageError(f"{where}: a JSON {_kind(record)}, not an object; write each "
-                         f"conversation as {FORMS}")
+        raise UsageError(f"{where}: a JSON {json_kind(record)}, not an object; write each "
+                         f"{what} as {forms}")
     return record
 
 
-def _messages(record: dict[str, Any], where: str) -> tuple[dict[str, str], ...]:
+def _conversation(record: dict[str, Any], where: str) -> Conversation:
     if "messages" in record and ("prompt" in record or "response" in record):
         raise UsageError(f"{where}: has both 'messages' and 'prompt'/'response'; keep one form")
     if "messages" in record:
-        return _turns(record["messages"], where)
+        return Conversation(parse_turns(record["messages"], where), where)
     if "prompt" in record and "response" in record:
-        return _prompt_response(record, where)
+        return Conversation(_prompt_response(record, where), where)
     fields = ", ".join(record) or "none"
     raise UsageError(f"{where}: neither form of conversation (fields: {fields}); write it as "
                      f"{FORMS}")
@@ -124,8 +138,8 @@ def _prompt_response(record: dict[str, Any], where: str) -> tuple[dict[str, str]
             continue
         value = record[field]
         if not isinstance(value, str):
-            raise UsageError(f"{where}: '{field}' is a JSON {_kind(value)}, not a string; give "
-                             f"its text as a string")
+            raise UsageError(f"{where}: '{field}' is a JSON {json_kind(value)}, not a string; "
+                             f"give its text as a string")
         turns.append({"role": role, "content": value})
     if not turns[-1]["content"].strip():
         raise UsageError(f"{where}: the response is empty; give the assistant's answer or drop "
@@ -133,10 +147,13 @@ def _prompt_response(record: dict[str, Any], where: str) -> tuple[dict[str, str]
     return tuple(turns)
 
 
-def _turns(messages: Any, where: str) -> tuple[dict[str, str], ...]:
+def parse_turns(messages: Any, where: str, needs_answer: bool = True
+                ) -> tuple[dict[str, str], ...]:
+    """The checked turns of a ``"messages"`` list read at ``where``; with ``needs_answer``,
+    at least one must be the assistant's (a conversation to fine-tune on)."""
     if not isinstance(messages, list):
-        raise UsageError(f"{where}: 'messages' is a JSON {_kind(messages)}, not a list; give "
-                         f"the turns as a list of {{\"role\": ..., \"content\": ...}}")
+        raise UsageError(f"{where}: 'messages' is a JSON {json_kind(messages)}, not a list; "
+                         f"give the turns as a list of {{\"role\": ..., \"content\": ...}}")
     if not messages:
         raise UsageError(f"{where}: the conversation has no messages; give its turns or drop "
                          f"the line")
@@ -144,8 +161,8 @@ def _turns(messages: Any, where: str) -> tuple[dict[str, str], ...]:
     for number, message in enumerate(messages, 1):
         what = f"{where}: message {number}"
         if not isinstance(message, dict):
-            raise UsageError(f"{what} is a JSON {_kind(message)}, not an object; write it as "
-                             f'{{"role": ..., "content": ...}}')
+            raise UsageError(f"{what} is a JSON {json_kind(message)}, not an object; write it "
+                             f'as {{"role": ..., "content": ...}}')
         role = message.get("role")
         if role is None:
             raise UsageError(f"{what} has no 'role'; give it one of {', '.join(ROLES)}")
@@ -153,19 +170,19 @@ def _turns(messages: Any, where: str) -> tuple[dict[str, str], ...]:
             raise UsageError(f"{what} has role {role!r}; use one of {', '.join(ROLES)}")
         content = message.get("content")
         if not isinstance(content, str):
-            got = "no 'content'" if content is None else f"content of JSON {_kind(content)}"
+            got = "no 'content'" if content is None else f"content of JSON {json_kind(content)}"
             raise UsageError(f"{what} ({role}) has {got}; give its text as a string")
         if role == "assistant" and not content.strip():
             raise UsageError(f"{what} (assistant) is empty; give the assistant's answer or "
                              f"drop the turn")
         turns.append({"role": role, "content": content})
-    if not any(turn["role"] == "assistant" for turn in turns):
+    if needs_answer and not any(turn["role"] == "assistant" for turn in turns):
         raise UsageError(f"{where}: the conversation has no assistant turn, so nothing to train "
                          f"on; add the assistant's answer or drop the line")
     return tuple(turns)
 
 
-def _kind(value: Any) -> str:
+def json_kind(value: Any) -> str:
     """The JSON name of a parsed value's type."""
     names = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null",
              int: "number", float: "number"}

@@ -70,14 +70,16 @@ class ChatTemplate(abc.ABC):
     """A conversation as pieces of text and ids, the assistant's marked for training."""
 
     @abc.abstractmethod
-    def pieces(self, conversation: Conversation) -> list[Piece]:
-        """The conversation up to its last assistant turn, in order."""
+    def pieces(self, conversation: Conversation, last_only: bool = False) -> list[Piece]:
+        """The conversation up to its last assistant turn, in order; with ``last_only`` only
+        that last answer is marked for training (the answer a preference pair compares)."""
 
-    def encode(self, conversations: Sequence[Conversation], tokenizer: Tokenizer
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Each conversation's tokens (int32) and a flag per token (bool): train on it. The texts
-        of all pieces are tokenized in one batch (``encode_batch``), then reassembled."""
-        pieces = [self.pieces(c) for c in conversations]
+    def encode(self, conversations: Sequence[Conversation], tokenizer: Tokenizer,
+               last_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each conversation's tokens (int32) and a flag per token (bool): train on it (with
+        ``last_only``, on its last answer alone). The texts of all pieces are tokenized in one
+        batch (``encode_batch``), then reassembled."""
+        pieces = [self.pieces(c, last_only) for c in conversations]
         texts = [p for ps in pieces for p, _ in ps if isinstance(p, str)]
         encoded = iter(tokenizer.encode_batch(texts))
         result = []
@@ -97,12 +99,14 @@ class PlainTemplate(ChatTemplate):
     bos_id: int
     eos_id: int
 
-    def pieces(self, conversation: Conversation) -> list[Piece]:
+    def pieces(self, conversation: Conversation, last_only: bool = False) -> list[Piece]:
         pieces: list[Piece] = [(self.bos_id, False)]
-        for message in _through_last_answer(conversation.messages):
+        messages = _through_last_answer(conversation.messages)
+        for i, message in enumerate(messages):
             if message["role"] == "assistant":
-                pieces += [("<|assistant|>\n", False), (message["content"], True),
-                           (self.eos_id, True)]
+                train = not last_only or i == len(messages) - 1
+                pieces += [("<|assistant|>\n", False), (message["content"], train),
+                           (self.eos_id, train)]
             else:
                 pieces.append((f"<|{message['role']}|>\n{message['content']}\n", False))
         return pieces
@@ -149,7 +153,7 @@ class JinjaTemplate(ChatTemplate):
                              f"render the conversation ({type(e).__name__}: {_line(str(e))}); "
                              f"fix the template or the conversation") from None
 
-    def pieces(self, conversation: Conversation) -> list[Piece]:
+    def pieces(self, conversation: Conversation, last_only: bool = False) -> list[Piece]:
         messages = _through_last_answer(conversation.messages)
         pieces: list[Piece] = []
         rendered = ""
@@ -168,7 +172,8 @@ class JinjaTemplate(ChatTemplate):
                 raise UsageError(f"{conversation.where}: the chat template {self.where} writes "
                                  f"nothing for assistant turn {i + 1}; use a template that "
                                  f"writes the assistant's answers")
-            pieces += [(prefix[len(rendered):], False), (full[len(prefix):], True)]
+            train = not last_only or i == len(messages) - 1
+            pieces += [(prefix[len(rendered):], False), (full[len(prefix):], train)]
             rendered = full
         return [(text, train) for text, train in pieces if text]
 
