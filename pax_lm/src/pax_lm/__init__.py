@@ -19,6 +19,9 @@ _EXPORTS = {
     "TokensInput": "pax_lm.inputs.tokens",
     "ChatInput": "pax_lm.sft.chat_input",
     "SftDataset": "pax_lm.sft.dataset",
+    "PreferenceInput": "pax_lm.dpo.preference_input",
+    "DpoLanguageModel": "pax_lm.dpo.model",
+    "DpoDataset": "pax_lm.dpo.dataset",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = public_face(__name__, _EXPORTS)

@@ -2,8 +2,9 @@
 
 Both read the default corpus (the King James Bible, from ``pax-lm[corpus]``) as UTF-8 bytes, so
 they need no tokenizer file and no data download; or the user's text (``CORPUS_PATH``), datasets
-prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``), or conversations to fine-tune
-on (``SFT_DATA``, see ``pax_lm.sft``).
+prepared with the byte tokenizer (``TRAIN_DATA``, ``EVAL_DATA``), conversations to fine-tune
+on (``SFT_DATA``, see ``pax_lm.sft``), or preference pairs to tune adapters on (``DPO_DATA``,
+see ``pax_lm.dpo``).
 """
 
 from __future__ import annotations
@@ -11,22 +12,23 @@ from __future__ import annotations
 import fiddle as fdl
 
 from pax_core import UsageError
+from pax_lm.dpo.dataset import DpoDataset
+from pax_lm.dpo.preference_input import PreferenceInput
 from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.inputs.tokens import TokensInput
 from pax_lm.sft.chat_input import ChatInput
-from pax_lm.sft.dataset import SftDataset
 from pax_lm.tokenizers import ByteTokenizer
 
 
-class TextCorpusDataset(SftDataset):
+class TextCorpusDataset(DpoDataset):
     """Mixin: ``CORPUS_PATH`` (None: the default corpus) tokenized by ``TOKENIZER`` ('bytes', a
     SentencePiece .model or a Hugging Face .json file), packed into rows, with a held-out split
     for eval; or, with ``TRAIN_DATA`` (a prepared dataset, or {path: weight} for a mixture),
     prepared datasets streamed by ``INPUT_WORKERS`` processes, evaluated on all of
     ``EVAL_DATA`` (if given); or, with ``SFT_DATA``, conversations to fine-tune on
-    (``SftDataset``)."""
+    (``SftDataset``); or, with ``DPO_DATA``, preference pairs (``DpoDataset``)."""
 
     TOKENIZER = "bytes"
     CORPUS_PATH: str | None = None
@@ -36,7 +38,12 @@ class TextCorpusDataset(SftDataset):
     INPUT_WORKERS = 0
 
     def datasets(self) -> list[fdl.Config[TextInput] | fdl.Config[TokensInput]
-                                | fdl.Config[ChatInput]]:
+                                | fdl.Config[ChatInput] | fdl.Config[PreferenceInput]]:
+        if self.DPO_DATA is not None:
+            if any(v is not None for v in (self.SFT_DATA, self.CORPUS_PATH, self.TRAIN_DATA)):
+                raise UsageError("give DPO_DATA (preference pairs) alone, without SFT_DATA, "
+                                 "CORPUS_PATH or TRAIN_DATA")
+            return self.preference_datasets()
         if self.SFT_DATA is not None:
             if self.CORPUS_PATH is not None or self.TRAIN_DATA is not None:
                 raise UsageError("give SFT_DATA (conversations) or CORPUS_PATH / TRAIN_DATA "

@@ -31,7 +31,31 @@ from pax_lm.sft.templates import chat_template
 
 
 @dataclasses.dataclass
-class ChatInput(RowsInput):
+class TemplatedInput(RowsInput):
+    """Rows of ``MATERIAL`` read from ``path`` (a ``.jsonl`` file or a folder of them) and
+    written with ``chat_template`` (None: the tokenizer's own, else the plain one; ``"plain"``;
+    or a ``.jinja`` file): the base of the fine-tuning inputs (``ChatInput``, pax-lm's DPO
+    ``PreferenceInput``)."""
+
+    path: str | None = None
+    chat_template: str | None = None
+
+    def _check_fields(self) -> None:
+        super()._check_fields()
+        if not isinstance(self.path, str) or not self.path:
+            raise UsageError(f"input '{self.name}': path must name a .jsonl file of "
+                             f"{self.MATERIAL} or a folder of them, got {self.path!r}")
+        if self.chat_template is not None and not isinstance(self.chat_template, str):
+            raise UsageError(f"input '{self.name}': chat_template must be None (the "
+                             f"tokenizer's own), 'plain' or a .jinja file, got "
+                             f"{self.chat_template!r}")
+
+    def _source(self) -> str:
+        return str(self.path)
+
+
+@dataclasses.dataclass
+class ChatInput(TemplatedInput):
     """Fine-tuning batches from the conversations in ``path`` (a ``.jsonl`` file or a folder of
     them), written with ``chat_template`` (None: the tokenizer's own, else the plain one;
     ``"plain"``; or a ``.jinja`` file).
@@ -43,22 +67,6 @@ class ChatInput(RowsInput):
     CHANGED: ClassVar[str] = ("the conversations, chat template, tokenizer, split, seed, "
                               "batch_size, seq_len, packing, shuffle or repeat")
     MATERIAL: ClassVar[str] = "conversations"
-
-    path: str | None = None
-    chat_template: str | None = None
-
-    def _check_fields(self) -> None:
-        super()._check_fields()
-        if not isinstance(self.path, str) or not self.path:
-            raise UsageError(f"input '{self.name}': path must name a .jsonl file of "
-                             f"conversations or a folder of them, got {self.path!r}")
-        if self.chat_template is not None and not isinstance(self.chat_template, str):
-            raise UsageError(f"input '{self.name}': chat_template must be None (the "
-                             f"tokenizer's own), 'plain' or a .jinja file, got "
-                             f"{self.chat_template!r}")
-
-    def _source(self) -> str:
-        return str(self.path)
 
     def _split_rows(self) -> dict[str, np.ndarray]:
         conversations = read_conversations(self.path)
