@@ -42,7 +42,8 @@ API = [
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run", "cpu_mesh",
-    "evaluate", "export_params", "fault_trials", "first_batch_losses", "going_down", "import_job",
+    "evaluate", "export_params", "fault_trials", "first_batch_losses", "first_batch_steps",
+    "going_down", "import_job",
     "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "plan", "read_metrics",
     "read_params", "register_plugin", "resolve", "run_pax", "step_flops", "stop_once_saved",
     "train", "train_losses", "use_cpu_devices", "use_fake_devices",

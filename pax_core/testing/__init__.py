@@ -71,6 +71,7 @@ _LENT = {
     "use_fake_devices": "pax_core.commands.plan",
     "step_flops": "pax_core.speed.flops",
     "first_batch_losses": "pax_core.testing.training",
+    "first_batch_steps": "pax_core.testing.training",
 }
 
 __all__ = [  # noqa: RUF022 (the lent names last)
@@ -79,7 +80,8 @@ __all__ = [  # noqa: RUF022 (the lent names last)
     "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
     "use_cpu_devices",
-    "build_run", "evaluate", "export_params", "first_batch_losses", "import_job", "plan",
+    "build_run", "evaluate", "export_params", "first_batch_losses", "first_batch_steps",
+    "import_job", "plan",
     "resolve", "step_flops", "train",
     "use_fake_devices",
 ]

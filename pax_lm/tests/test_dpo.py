@@ -169,7 +169,7 @@ BAD_LINES = [
     ('{"messages": [{"role": "user", "content": "a"}], "system": "s", "chosen": "B", '
      '"rejected": "C"}', "both 'messages' and 'prompt'/'system'"),
     ("[1]", "a JSON array, not an object; write each preference pair as"),
-    ("{oops", "not JSON"),
+    ("{oops", r"invalid JSON \(Expecting property name"),
 ]
 
 

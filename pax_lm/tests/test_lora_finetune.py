@@ -11,7 +11,7 @@ import jax
 import numpy as np
 import pytest
 
-from pax_core.testing import build_run, import_job, isolated_host, read_params, resolve, run_pax
+from pax_core.testing import first_batch_steps, import_job, isolated_host, read_params, run_pax
 
 TINY = ["NUM_TRAIN_STEPS=8", "LEARNING_RATE=1e-2", "LR_SCHEDULE='constant'"]
 
@@ -22,16 +22,9 @@ def host():
 
 
 def _train(host, set_items: list[str], steps: int = 8):
-    run = build_run(host, resolve(host, "TinyLmForTests", None, [*TINY, *set_items]),
-                    jax.devices())
-    step = run.compile_train_step(donate_state=False)
-    batch = run.partitioner.global_batch(run.train_input.get_next())
-    start = state = run.init_state()
-    losses = []
-    for _ in range(steps):
-        state, metrics = step(state, batch)
-        losses.append(float(metrics["loss"]))
-    return jax.device_get(start), jax.device_get(state), losses
+    start, end, metrics = first_batch_steps(host, "TinyLmForTests", None, [*TINY, *set_items],
+                                            steps)
+    return start, end, [m["loss"] for m in metrics]
 
 
 def _leaves(tree) -> dict[str, np.ndarray]:

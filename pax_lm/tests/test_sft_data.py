@@ -435,7 +435,7 @@ def test_a_template_file_needs_a_hugging_face_tokenizer(tmp_path):
 
 GOOD = json.dumps({"prompt": "a", "response": "B"})
 BAD_LINES = [
-    ("{not json", "not JSON"),
+    ("{not json", r"invalid JSON \(Expecting property name"),
     ("[1, 2]", "a JSON array, not an object"),
     ('{"text": "hello"}', r"neither form of conversation \(fields: text\)"),
     ('{"prompt": "a"}', r"neither form of conversation \(fields: prompt\)"),

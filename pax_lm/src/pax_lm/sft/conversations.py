@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pax_core import UsageError
+from pax_lm.corpus import find_files, jsonl_records
 from pax_lm.inputs.text import split_documents
 
 T = TypeVar("T")
@@ -66,36 +67,18 @@ def read_jsonl(path: str | os.PathLike, parse: Callable[[dict[str, Any], str], T
     if not root.exists():
         raise UsageError(f"no such file or folder: {root}; give a .jsonl file of {what}s or a "
                          f"folder of them")
-    if root.is_file():
-        files = [root]
-    else:
-        files = sorted(p for p in root.rglob("*.jsonl") if p.is_file() and not any(
-            part.startswith(".") for part in p.relative_to(root).parts))
-        if not files:
-            raise UsageError(f"no .jsonl files under {root}; give a .jsonl file of {what}s or "
-                             f"a folder of them")
-    records = [r for file in files for r in _file_records(file, parse, what, forms)]
+    files = [root] if root.is_file() else find_files(root, (".jsonl",))
+    hint = f"; write each {what} on one line as {forms}"
+    records = []
+    for file in files:
+        for number, record in jsonl_records(file, hint):
+            where = f"{file}:{number}"
+            if not isinstance(record, dict):
+                raise UsageError(f"{where}: a JSON {json_kind(record)}, not an object; write "
+                                 f"each {what} as {forms}")
+            records.append(parse(record, where))
     if not records:
         raise UsageError(f"no {what}s in {root}; write one per line as {forms}")
-    return records
-
-
-def _file_records(file: Path, parse: Callable[[dict[str, Any], str], T], what: str,
-                  forms: str) -> list[T]:
-    """The records of one JSONL file, each line checked."""
-    try:
-        text = file.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise UsageError(f"{file}: not UTF-8 text ({e.reason} at byte {e.start}); save it as "
-                         f"UTF-8") from None
-    except OSError as e:
-        raise UsageError(f"cannot read {file}: {e.strerror or e}") from None
-    records = []
-    # Only a newline ends a line: JSON strings may hold other line separators (U+2028).
-    for number, line in enumerate(text.split("\n"), 1):
-        if line.strip():
-            where = f"{file}:{number}"
-            records.append(parse(_record(line, where, what, forms), where))
     return records
 
 
@@ -105,18 +88,6 @@ def split_conversations(conversations: list[Conversation], split: str, eval_frac
     ``split_documents`` holds out (``eval``) or keeps (``train``), equal ones on the same side."""
     chosen = set(split_documents([c.key for c in conversations], split, eval_fraction, source))
     return [c for c in conversations if c.key in chosen]
-
-
-def _record(line: str, where: str, what: str, forms: str) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError as e:
-        raise UsageError(f"{where}: not JSON ({e.msg} at column {e.colno}); write each "
-                         f"{what} on one line as {forms}") from None
-    if not isinstance(record, dict):
-        raise UsageError(f"{where}: a JSON {json_kind(record)}, not an object; write each "
-                         f"{what} as {forms}")
-    return record
 
 
 def _conversation(record: dict[str, Any], where: str) -> Conversation:
