@@ -1,6 +1,6 @@
 """Fine-tuning the quick-start LM on a task whose answers are checked exactly: the base model,
-full supervised fine-tuning (SFT), SFT of low-rank adapters (LoRA), and DPO on those adapters,
-each measured on prompts that no training saw.
+full supervised fine-tuning (SFT), SFT of low-rank adapters (LoRA), and DPO, each measured on
+prompts that no training saw.
 
 The task: write five random lowercase letters in capitals (``upper qugrd`` -> ``QUGRD``). A
 seeded draw gives 200 held-out words and 8,000 others to train on; the preference pairs answer
@@ -15,21 +15,24 @@ Each model is a fresh ``pax train`` process, as a user runs it:
 2. full SFT: ``--init-from`` the base job with ``SFT_DATA`` (every weight trains, Adam starts
    afresh);
 3. LoRA SFT: the same with ``LORA_RANK`` adapters on the attention projections, the base frozen;
-4. DPO: ``--init-from`` the LoRA job with ``DPO_DATA``, its adapters carried over
-   (``task.train.init_from_ignore=()``: by default adapters start fresh on any source), so DPO
-   tunes the SFT adapters. Its reference is the model without adapters, the base, as pax-lm's
-   DPO defines it.
+4. full DPO: ``--init-from`` the full SFT job with ``DPO_DATA``: every weight trains, against a
+   frozen copy of the SFT model;
+5. LoRA DPO: ``--init-from`` the LoRA SFT job with ``DPO_DATA``: its adapters continue, and the
+   reference holds a copy of them as they start, so it is the LoRA SFT model;
+6. LoRA DPO on the base: fresh adapters on the base job, with ``DPO_DATA`` alone: the reference
+   is the base, which prefers the right answer no more often than chance, so this row shows
+   what DPO by itself teaches.
 
 A training process's peak resident memory is its own rusage (``wait4``); this process never
 imports JAX, since a child's high-water mark starts from the size of the process it was forked
 from. The measurements run in a child too, on each job's latest checkpoint
 (``pax_core.restore_latest``): exact match by greedy decoding of every held-out prompt at once
 (the answer is the text after the prompt up to eos or a newline; the first prompts are decoded
-again with ``pax_lm.decoding.generate``, which ``pax decode`` runs, and must agree); for jobs
-with adapters, the held-out preference accuracy and reward margin as DPO's metrics define them
-(the log-probability the adapters add to the chosen answer against the rejected one's), and for
-every job the fraction of held-out pairs whose chosen answer is the likelier; the trained
-parameters and the bytes of the checkpoint's optimizer state.
+again with ``pax_lm.decoding.generate``, which ``pax decode`` runs, and must agree); for every
+job the fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
+held-out preference accuracy and reward margin as DPO's metrics define them (against the job's
+own reference); the trained parameters, the bytes of the checkpoint's optimizer state and of
+the reference's frozen copy.
 
     python bench/finetune.py [--work DIR]
 
@@ -73,13 +76,14 @@ def schedule(steps: int, learning_rate: float, warmup: int = 30) -> list[str]:
 def runs(data: Path) -> dict[str, tuple[str | None, list[str]]]:
     """Each model: the job it starts from (``--init-from``) and its ``--set`` items."""
     sft = [f"SFT_DATA={data / 'train_sft.jsonl'}"]
+    dpo = [f"DPO_DATA={data / 'train_dpo.jsonl'}", f"DPO_BETA={BETA}", "MAX_SEQ_LEN=48"]
     return {
         "base": (None, ["NUM_TRAIN_STEPS=300", "LR_COS_DECAY_END=300"]),
         "full SFT": ("base", [*sft, *schedule(300, 3e-3)]),
         "LoRA SFT": ("base", [*sft, *LORA, *schedule(1000, 1e-3)]),
-        "DPO": ("LoRA SFT", [f"DPO_DATA={data / 'train_dpo.jsonl'}", *LORA,
-                             "task.train.init_from_ignore=()", f"DPO_BETA={BETA}",
-                             "MAX_SEQ_LEN=48", *schedule(200, 1e-4, warmup=10)]),
+        "full DPO": ("full SFT", [*dpo, *schedule(200, 1e-4, warmup=10)]),
+        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 1e-4, warmup=10)]),
+        "LoRA DPO on the base": ("base", [*dpo, *LORA, *schedule(600, 1e-3)]),
     }
 
 
@@ -136,7 +140,7 @@ def measure(job: str, data: Path) -> dict[str, Any]:
     from pax_core import restore_latest
     from pax_core.plugins.host import PluginHost
     from pax_lm.decoding import SamplingSettings, choose, generate
-    from pax_lm.dpo.model import without_adapters
+    from pax_lm.dpo.model import DpoLanguageModel
     from pax_lm.dpo.pairs import read_pairs
     from pax_lm.sft.templates import chat_template
 
@@ -175,17 +179,13 @@ def measure(job: str, data: Path) -> dict[str, Any]:
         raise SystemExit(f"{job}: batched greedy decoding {answers[:CHECKED]} differs from "
                          f"pax_lm.decoding.generate's {checked}")
 
-    def log_probs(tree: Any) -> np.ndarray:
-        """Each row's answer log-probability: [pairs, 2] (chosen, rejected)."""
-        width = max(len(t) for t, _ in rows)
-        tokens, weights = np.zeros((len(rows), width), np.int32), np.zeros((len(rows), width))
-        for i, (t, w) in enumerate(rows):
-            tokens[i, : len(t)], weights[i, : len(t)] = t, w
-        logp = jax.nn.log_softmax(forward({"params": tree}, tokens[:, :-1]))
-        picked = np.take_along_axis(np.asarray(logp), tokens[:, 1:, None], -1)[..., 0]
-        return (picked * weights[:, 1:]).sum(-1).reshape(-1, 2)
-
-    policy = log_probs(params)
+    width = max(len(t) for t, _ in rows)
+    tokens, weights = np.zeros((len(rows), width), np.int32), np.zeros((len(rows), width))
+    for i, (t, w) in enumerate(rows):
+        tokens[i, : len(t)], weights[i, : len(t)] = t, w
+    logp = jax.nn.log_softmax(forward({"params": params}, tokens[:, :-1]))
+    picked = np.take_along_axis(np.asarray(logp), tokens[:, 1:, None], -1)[..., 0]
+    policy = (picked * weights[:, 1:]).sum(-1).reshape(-1, 2)  # [pairs, (chosen, rejected)]
     leaves = {"/".join(str(k.key) for k in path): leaf
               for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
     adapters = sum(v.size for k, v in leaves.items() if k.rsplit("/", 1)[-1].startswith("lora_"))
@@ -203,10 +203,18 @@ def measure(job: str, data: Path) -> dict[str, Any]:
                                          for x in jax.tree.leaves(state.opt_state))),
         "optimizer_state_leaves": len(jax.tree.leaves(state.opt_state)),
     }
-    if adapters:
-        margin = policy - log_probs(without_adapters(params))
+    if isinstance(run.task.model, DpoLanguageModel):  # against the job's own reference
+        batch = {"ids": tokens[:, :-1], "labels": tokens[:, 1:],
+                 "weights": weights[:, 1:].astype(np.float32)}
+        batch = {k: v.reshape(len(pairs), 2, -1) for k, v in batch.items()}
+        tuned, reference = jax.jit(run.task.model.apply, static_argnames="method")(
+            {"params": state.params}, batch, method="log_probs")
+        np.testing.assert_allclose(tuned, policy, rtol=1e-4, atol=1e-3)
+        margin = np.asarray(tuned) - np.asarray(reference)
         result["preference_accuracy"] = float(np.mean(margin[:, 0] > margin[:, 1]))
         result["reward_margin"] = float(np.mean(BETA * (margin[:, 0] - margin[:, 1])))
+        result["reference_copy_bytes"] = int(sum(np.asarray(x).nbytes for x in jax.tree.leaves(
+            state.params["reference"])))
     return result
 
 
@@ -223,30 +231,34 @@ def measured(job: Path, data: Path) -> dict[str, Any]:
 def table(results: dict[str, dict[str, Any]], total: float) -> str:
     """The markdown table, and what it shows in a few lines."""
     lines = [f"# Fine-tuning the quick-start LM: exact match on {HELD_OUT} held-out prompts",
-             "", "| model | steps | exact match | preference accuracy | reward margin | trained "
-             "parameters | optimizer state | peak resident (MiB) | seconds |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| model | steps | exact match | prefers chosen | preference accuracy | reward "
+             "margin | trained parameters | optimizer state | reference copy | peak resident "
+             "(MiB) | seconds |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         share = r["trained_parameters"] / r["parameters"]
         dpo = [f"{r[k]:.3f}" if k in r else "-" for k in ("preference_accuracy",
                                                           "reward_margin")]
+        copy = (f"{r['reference_copy_bytes'] / 1024:,.0f} KiB" if "reference_copy_bytes" in r
+                else "-")
         lines.append(
-            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {' | '.join(dpo)} | "
-            f"{r['trained_parameters']:,} ({share:.2%}) | "
-            f"{r['optimizer_state_bytes'] / 1024:,.0f} KiB | {r['peak_mib']:.0f} | "
+            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {r['prefers_chosen']:.3f} | "
+            f"{' | '.join(dpo)} | {r['trained_parameters']:,} ({share:.2%}) | "
+            f"{r['optimizer_state_bytes'] / 1024:,.0f} KiB | {copy} | {r['peak_mib']:.0f} | "
             f"{r['seconds']:.0f} |")
     lines.append("")
     base = results["base"]["exact_match"]
     full, lora = (results[k]["exact_match"] - base for k in ("full SFT", "LoRA SFT"))
     if full > 0:
         lines.append(f"LoRA SFT reaches {lora / full:.1%} of full SFT's gain in exact match.")
-    lines.append(f"Preference accuracy (DPO's own metric) and reward margin (its mean, beta "
-                 f"{BETA}): over the {HELD_OUT} held-out pairs, how the log-probability the "
-                 f"adapters add to the chosen answer compares with the rejected one's; base and "
-                 f"full SFT have no adapters. Trained parameters: their share of the model's, "
-                 f"adapters included. Steps: the row's own `pax train` (DPO's continue "
-                 f"LoRA SFT's adapters); seconds: its process, start-up included; "
-                 f"{total / 60:.1f} minutes in all.")
+    lines.append(f"Prefers chosen: the fraction of the {HELD_OUT} held-out pairs whose right "
+                 f"answer the model finds likelier than the wrong one. Preference accuracy "
+                 f"(DPO's own metric) and reward margin (its mean, beta {BETA}): how the "
+                 f"log-probability DPO moved the chosen answer from its reference's compares "
+                 f"with the rejected one's. Reference copy: the DPO job's frozen copy of the "
+                 f"weights it trains (no optimizer state). Trained parameters: their share of "
+                 f"the model's, adapters included. Steps: the row's own `pax train`; seconds: "
+                 f"its process, start-up included; {total / 60:.1f} minutes in all.")
     return "\n".join(lines) + "\n"
 
 

@@ -76,6 +76,23 @@ def test_ignored_parameters_keep_their_fresh_values(source, fresh, tmp_path):
                                    rtol=0, atol=ATOL, err_msg=key)
 
 
+def test_optional_parameters_come_from_the_source_when_it_has_them(source, fresh, tmp_path):
+    """``init_from_optional``: the kernels, which the source holds, come from it; the biases,
+    which a rule sends to names the source lacks, keep their fresh values instead of stopping
+    the run."""
+    job = tmp_path / "job"
+    result = _train(job, 1, "--init-from", str(source), *FROZEN, "--set",
+                    "task.train.init_from_rules=[('(.*)bias', '{}missing'), ('(.*)', '{}')]",
+                    "--set", "task.train.init_from_optional=('.*',)")
+    assert result.returncode == 0, result.stderr
+    started, trained = read_params(job), read_params(source)
+    biases = [k for k in started if k.endswith("['bias']")]
+    assert biases and len(biases) < len(started)
+    for key in started:
+        np.testing.assert_allclose(started[key], fresh[key] if key in biases else trained[key],
+                                   rtol=0, atol=ATOL, err_msg=key)
+
+
 def test_a_rule_that_maps_to_nothing_stops_in_one_line(source, tmp_path):
     job = tmp_path / "job"
     result = _train(job, 1, "--init-from", str(source), "--set",

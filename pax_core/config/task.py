@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from pax_core.config.optimizers import Adam
+from pax_core.errors import UsageError
 
 ANOMALY_ACTIONS = ("stop", "skip")
 DAMAGED_CHECKPOINT_ACTIONS = ("fallback", "stop")
@@ -145,9 +146,14 @@ class Train:
     ``init_from`` (Pax's ``init_from_checkpoint_rules``; ``pax train --init-from``): a job
     directory, a ``pax export`` folder or a weight format's folder whose weights a new job
     starts from, each parameter named by the first of ``init_from_rules`` ((regex, format)
-    pairs over parameter paths) that matches it, unless ``init_from_ignore`` does; with
-    ``init_from_partial`` parameters left unmapped keep their fresh values
-    (``pax_core.run.warm_start``).
+    pairs over parameter paths) that matches it, unless ``init_from_ignore`` does (those keep
+    their fresh values); a parameter ``init_from_optional`` matches comes from the source when
+    it holds it and keeps its fresh value when not (adapters: continued from a source that
+    trained them, fresh on one that did not); with ``init_from_partial`` every parameter left
+    unmapped keeps its fresh value (``pax_core.run.warm_start``). A weights-only step
+    (``pax import``) lacking some of the model's parameters is read by the same patterns: those
+    ``init_from_ignore`` or ``init_from_optional`` match start fresh, and one a rule maps to a
+    parameter the step holds takes that parameter's value.
     """
 
     learner: Learner = dataclasses.field(default_factory=Learner)
@@ -166,6 +172,7 @@ class Train:
     init_from: str | None = None
     init_from_rules: tuple[tuple[str, str], ...] = (("(.*)", "{}"),)
     init_from_ignore: tuple[str, ...] = ()
+    init_from_optional: tuple[str, ...] = ()
     init_from_partial: bool = False
 
     def __post_init__(self):
@@ -179,12 +186,14 @@ class Train:
             raise ValueError(f"save_keep_interval_steps must be >= 0, got "
                              f"{self.save_keep_interval_steps}")
         self.keep_interval_seconds()  # a duration that does not read fails here
-        for pattern in [p for p, _ in self.init_from_rules] + list(self.init_from_ignore):
+        for pattern in [*(p for p, _ in self.init_from_rules), *self.init_from_ignore,
+                        *self.init_from_optional]:
             try:
                 re.compile(pattern)
             except re.error as e:
-                raise ValueError(f"init_from_rules and init_from_ignore hold regular "
-                                 f"expressions; {pattern!r} is not one ({e})") from None
+                raise ValueError(f"init_from_rules, init_from_ignore and init_from_optional "
+                                 f"hold regular expressions; {pattern!r} is not one ({e})"
+                                 ) from None
         if self.on_damaged_checkpoint not in DAMAGED_CHECKPOINT_ACTIONS:
             raise ValueError(f"on_damaged_checkpoint must be one of "
                              f"{', '.join(DAMAGED_CHECKPOINT_ACTIONS)}, got "
@@ -204,6 +213,29 @@ class Train:
         if seconds <= 0:
             raise ValueError(f"save_keep_interval_duration must be positive, got {text!r}")
         return seconds
+
+    def init_from_source(self, name: str) -> str | None:
+        """The source parameter that parameter ``name`` starts from by the first of
+        ``init_from_rules`` matching it, or None (no rule does)."""
+        for pattern, template in self.init_from_rules:
+            match = re.fullmatch(pattern, name)
+            if match:
+                try:
+                    return template.format(*match.groups())
+                except (IndexError, KeyError, ValueError) as e:
+                    raise UsageError(f"init_from_rules: ({pattern!r}, {template!r}) does not "
+                                     f"fill in for parameter {name} ({type(e).__name__}: {e}); "
+                                     f"a format takes one {{}} per group of its expression"
+                                     ) from None
+        return None
+
+    def init_from_ignores(self, name: str) -> bool:
+        """Whether parameter ``name`` keeps its fresh value whatever the source holds."""
+        return any(re.fullmatch(p, name) for p in self.init_from_ignore)
+
+    def init_from_may_lack(self, name: str) -> bool:
+        """Whether parameter ``name`` keeps its fresh value when the source lacks it."""
+        return any(re.fullmatch(p, name) for p in self.init_from_optional)
 
 
 @dataclasses.dataclass

@@ -174,25 +174,43 @@ class Run:
 
     def state_from_weights(self, weights: Weights, step: int = 0) -> TrainState:
         """A fresh state around restored weights (a weights-only step: an imported model),
-        on the run's shardings: the optimizer state as it starts on these parameters. The
-        parameters the step lacks start as a fresh run's when ``task.train.init_from_ignore``
-        matches them (adapters added to an imported model), and are refused otherwise."""
+        on the run's shardings: the optimizer state as it starts on these parameters. A
+        parameter the step lacks starts as a fresh run's when ``task.train.init_from_ignore``
+        or ``init_from_optional`` matches it (adapters added to an imported model), takes the
+        value of the held parameter an ``init_from_rules`` rule maps it to (a frozen copy of
+        the imported weights), and is refused otherwise."""
         restored, params = weights.params, weights.params
         held = key_paths(restored)
         absent = [p for p in key_paths(self.abstract_state.params) if p not in held]
         if absent:
+            train, by_name = self.task.train, {"/".join(p): p for p in held}
+            filled = {}
             for path in absent:
-                if not any(re.fullmatch(p, "/".join(path))
-                           for p in self.task.train.init_from_ignore):
-                    want = tuple(_at(self.abstract_state.params, path).shape)
-                    raise params_mismatch(step, "".join(f"['{k}']" for k in path), None, want)
+                name, want = "/".join(path), _at(self.abstract_state.params, path).shape
+                source = train.init_from_source(name)
+                if train.init_from_ignores(name):
+                    continue
+                if source in by_name:
+                    value = _at(restored, by_name[source])
+                    if tuple(value.shape) != tuple(want):
+                        raise params_mismatch(step, _keystr(by_name[source]),
+                                              tuple(value.shape), tuple(want))
+                    filled[path] = value
+                elif not train.init_from_may_lack(name):
+                    raise params_mismatch(step, _keystr(path), None, tuple(want))
             params = jax.tree_util.tree_map_with_path(
-                lambda path, leaf: _at(restored, _key(path)) if _key(path) in held else leaf,
+                lambda path, leaf: (_at(restored, _key(path)) if _key(path) in held
+                                    else filled.get(_key(path), leaf)),
                 self.init_state().params)
         seed = np.uint32(self.task.train.random_seed)
         make = self.partitioner.compile_init(
             lambda p, m, s: state_from_weights(self.tx, p, m, s), self.state_shardings)
         return make(params, weights.model_state, seed)
+
+
+def _keystr(path: tuple[str, ...]) -> str:
+    """``path`` as the checkpoint's messages name it: ``['decoder']['stack']...``."""
+    return "".join(f"['{k}']" for k in path)
 
 
 def _key(path: Any) -> tuple[str, ...]:

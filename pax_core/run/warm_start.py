@@ -10,15 +10,15 @@ goes through ``init_from_ignore`` (regular expressions: matched parameters keep 
 values, as Pax's ignore rules), then the first of ``init_from_rules`` whose regular expression
 matches the whole path: its format, filled with the match's groups (``"{}".format(*groups)``,
 Pax's convention), names the source's parameter. A parameter no rule maps, or whose source
-is absent, is an error unless ``init_from_partial`` (it then keeps its fresh value); a shape
-that differs always is. Source parameters are read onto the host and placed where this run
-keeps them, so the source may have been trained on any mesh. The optimizer state then starts
+is absent, is an error unless ``init_from_optional`` matches it or ``init_from_partial`` is
+set (it then keeps its fresh value); a shape that differs always is. Source parameters are
+read onto the host and placed where this run keeps them, so the source may have been trained
+on any mesh. The optimizer state then starts
 afresh on the new weights.
 """
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -81,20 +81,6 @@ def source_params(host: PluginHost, source: str, model: Any) -> dict[str, np.nda
                      f"a folder a weight format recognises")
 
 
-def _source_name(name: str, rules: Any) -> str | None:
-    """The source parameter ``name`` comes from, or None (no rule matches)."""
-    for pattern, template in rules:
-        match = re.fullmatch(pattern, name)
-        if match:
-            try:
-                return template.format(*match.groups())
-            except (IndexError, KeyError, ValueError) as e:
-                raise UsageError(f"init_from_rules: ({pattern!r}, {template!r}) does not fill "
-                                 f"in for parameter {name} ({type(e).__name__}: {e}); a format "
-                                 f"takes one {{}} per group of its expression") from None
-    return None
-
-
 def warm_start(host: PluginHost, run: Any, fresh: TrainState) -> TrainState:
     """``fresh`` (a new state of ``run``) with its parameters from ``task.train.init_from``,
     and the optimizer state started afresh on them."""
@@ -110,16 +96,17 @@ def warm_start(host: PluginHost, run: Any, fresh: TrainState) -> TrainState:
     current = _names(fresh.params)
     chosen, loaded = {}, 0
     for name, want in abstract.items():
-        if any(re.fullmatch(pattern, name) for pattern in train.init_from_ignore):
+        if train.init_from_ignores(name):
             chosen[name] = current[name]
             continue
-        source = _source_name(name, train.init_from_rules)
+        source = train.init_from_source(name)
         if source is None or source not in found:
-            if not train.init_from_partial:
+            if not (train.init_from_partial or train.init_from_may_lack(name)):
                 why = "no rule maps it" if source is None else f"it has no {source}"
                 raise UsageError(f"init_from {train.init_from}: parameter {name} cannot be "
-                                 f"initialised ({why}); add a rule, or set "
-                                 f"task.train.init_from_partial=True to keep its fresh value")
+                                 f"initialised ({why}); add a rule, or match it in "
+                                 f"task.train.init_from_optional (or set task.train."
+                                 f"init_from_partial=True) to keep its fresh value")
             chosen[name] = current[name]
             continue
         value = found[source]

@@ -1,7 +1,9 @@
 """Preference tuning (DPO): JSONL preference pairs become pairs of rows weighted on their answers
-only; the loss and its metrics follow DPO's formulas against the base model (the decoder with
-every ``lora_b`` zero), which training never moves; a tiny model learns a held-out preference;
-bad pairs are one UsageError naming file and line, and `pax train` refuses them."""
+only; the loss and its metrics follow DPO's formulas against the reference, a frozen copy of
+the weights that train as they start (the adapters: the base model, or a LoRA job's model it
+continues; every weight without adapters: an imported model), which training never moves; a
+tiny model learns a held-out preference; bad pairs are one UsageError naming file and line,
+and `pax train` refuses them."""
 
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ import jax
 import numpy as np
 import pytest
 
-from pax_core import UsageError
-from pax_core.testing import build_run, isolated_host, resolve, run_pax
+from pax_core import UsageError, key_paths
+from pax_core.testing import build_run, import_job, isolated_host, read_params, resolve, run_pax
 from pax_lm.dpo.model import DpoLanguageModel
 from pax_lm.dpo.pairs import read_pairs
 from pax_lm.dpo.preference_input import PreferenceInput
 from pax_lm.models import LanguageModel
 from pax_lm.tokenizers import ByteTokenizer
-from pax_transformer import TransformerLm
+from pax_transformer import ADAPTER_WEIGHTS, TransformerLm
 
 BYTES = ByteTokenizer()
 
@@ -200,16 +202,43 @@ def _base_params(params: dict) -> dict:
     return params
 
 
-def test_loss_and_metrics_follow_the_formulas_against_the_base_model():
-    beta = 0.5
-    model = DpoLanguageModel(tiny_decoder(), beta=beta)
-    rng = np.random.default_rng(0)
+def _answer_log_probs(decoder, decoder_params, batch) -> np.ndarray:
+    """Per pair and row, the log-probability of the weighted labels, in float64 on the host."""
+    pairs, rows, length = batch["ids"].shape
+    flat = {k: v.reshape(pairs * rows, length) for k, v in batch.items()}
+    logits = np.asarray(jax.jit(decoder.apply)({"params": decoder_params}, flat["ids"]))
+    picked = np.take_along_axis(_log_softmax(logits), flat["labels"][..., None], -1)[..., 0]
+    return (picked * flat["weights"]).sum(-1).reshape(pairs, rows)
+
+
+def _moved(params: dict, rng, names: tuple[str, ...] = ()) -> dict:
+    """``params`` with noise added to the leaves named ``names`` (all leaves when empty)."""
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x + rng.normal(0, 0.5, x.shape).astype(np.float32)
+        if not names or path[-1].key in names else x, params)
+
+
+def _batch(rng) -> dict:
     batch = {"ids": rng.integers(0, 40, (4, 2, 12)).astype(np.int32),
              "labels": rng.integers(0, 40, (4, 2, 12)).astype(np.int32),
              "weights": (rng.random((4, 2, 12)) < 0.5).astype(np.float32)}
     batch["weights"][3] = 0  # a padding pair
+    return batch
+
+
+def test_loss_and_metrics_follow_the_formulas_against_the_starting_adapters():
+    beta = 0.5
+    model = DpoLanguageModel(tiny_decoder(), beta=beta, copied=ADAPTER_WEIGHTS)
+    rng = np.random.default_rng(0)
+    batch = _batch(rng)
     params = nn.meta.unbox(jax.device_get(jax.jit(model.init)(jax.random.key(0), batch)))[
         "params"]
+    # the reference holds a copy of the adapters alone, as they start
+    adapters = {k: v for k, v in key_paths(params["decoder"]).items() if k[-1].startswith("lora")}
+    copied = key_paths(params["reference"])
+    assert adapters and copied.keys() == adapters.keys()
+    for name, value in adapters.items():
+        np.testing.assert_array_equal(copied[name], value, err_msg=str(name))
     apply = jax.jit(model.apply, static_argnames="method")
     fresh = apply({"params": params}, batch)
     # fresh adapters: the policy is the reference, bitwise
@@ -217,20 +246,12 @@ def test_loss_and_metrics_follow_the_formulas_against_the_base_model():
     for name in ("reward_margin", "chosen_reward", "rejected_reward", "preference_accuracy"):
         assert not np.asarray(fresh.metrics[name][0]).any(), name
 
-    trained = jax.tree_util.tree_map_with_path(
-        lambda path, x: x + rng.normal(0, 0.5, x.shape).astype(np.float32)
-        if path[-1].key == "lora_b" else x, params)
+    trained = {**params, "decoder": _moved(params["decoder"], rng, ("lora_b",))}
     out = apply({"params": trained}, batch)
-    pairs, rows, length = batch["ids"].shape
-    flat = {k: v.reshape(pairs * rows, length) for k, v in batch.items()}
-
-    def answer_log_probs(decoder, decoder_params):
-        logits = np.asarray(jax.jit(decoder.apply)({"params": decoder_params}, flat["ids"]))
-        picked = np.take_along_axis(_log_softmax(logits), flat["labels"][..., None], -1)[..., 0]
-        return (picked * flat["weights"]).sum(-1).reshape(pairs, rows)
-
-    policy = answer_log_probs(tiny_decoder(), trained["decoder"])
-    reference = answer_log_probs(tiny_decoder(lora_rank=0), _base_params(trained["decoder"]))
+    policy = _answer_log_probs(tiny_decoder(), trained["decoder"], batch)
+    # the copy's lora_b is zero: the reference is the base without adapters
+    reference = _answer_log_probs(tiny_decoder(lora_rank=0), _base_params(trained["decoder"]),
+                                  batch)
     rewards = beta * (policy - reference)
     margin = rewards[:, 0] - rewards[:, 1]
     losses = np.log1p(np.exp(-margin))
@@ -250,9 +271,22 @@ def test_loss_and_metrics_follow_the_formulas_against_the_base_model():
     np.testing.assert_allclose(got_reference, reference, rtol=1e-5)
     np.testing.assert_allclose(got_policy, policy, rtol=1e-5)
 
+    # adapters that started trained (a supervised job's): the reference is that model
+    started = {**trained, "reference": _moved(params["reference"], rng)}
+    _, got_reference = apply({"params": started}, batch, method="log_probs")
+    start_decoder = jax.tree.map(lambda x: x, trained["decoder"])  # new dicts, same leaves
+    for path, value in key_paths(started["reference"]).items():
+        node = start_decoder
+        for key in path[:-1]:
+            node = node[key]
+        node[path[-1]] = value
+    np.testing.assert_allclose(got_reference, _answer_log_probs(tiny_decoder(), start_decoder,
+                                                                batch), rtol=1e-5)
+    assert np.abs(np.asarray(got_reference) - reference).max() > 1e-2
+
     # the reference takes no gradient: not even the base weights' (the learner freezes them)
     grads = jax.jit(jax.grad(lambda p: model.apply({"params": p}, batch,
-                                                   method="log_probs")[1].sum()))(trained)
+                                                   method="log_probs")[1].sum()))(started)
     assert not any(np.asarray(g).any() for g in jax.tree.leaves(grads))
 
     spec = {"ids": jax.ShapeDtypeStruct((4, 2, 12), np.int32)}
@@ -261,10 +295,26 @@ def test_loss_and_metrics_follow_the_formulas_against_the_base_model():
     assert model.flops_per_step(spec) == pytest.approx(lm * 4 / 3)
 
 
-def test_dpo_without_adapters_is_refused():
-    with pytest.raises(UsageError, match=r"^DPO needs LORA_RANK > 0 \(the reference is the base "
-                                         r"without adapters\)$"):
-        DpoLanguageModel(tiny_decoder(lora_rank=0))
+def test_without_adapters_the_reference_is_a_frozen_copy_of_the_first_weights():
+    model = DpoLanguageModel(tiny_decoder(lora_rank=0), beta=0.1)
+    rng = np.random.default_rng(1)
+    batch = _batch(rng)
+    params = nn.meta.unbox(jax.device_get(jax.jit(model.init)(jax.random.key(0), batch)))[
+        "params"]
+    jax.tree.map(np.testing.assert_array_equal, params["reference"], params["decoder"])
+    trained = {**params, "decoder": _moved(params["decoder"], rng)}
+    policy, reference = jax.jit(model.apply, static_argnames="method")(
+        {"params": trained}, batch, method="log_probs")
+    decoder = tiny_decoder(lora_rank=0)
+    np.testing.assert_allclose(reference, _answer_log_probs(decoder, params["decoder"], batch),
+                               rtol=1e-5)
+    np.testing.assert_allclose(policy, _answer_log_probs(decoder, trained["decoder"], batch),
+                               rtol=1e-5)
+    assert np.abs(np.asarray(policy) - np.asarray(reference)).max() > 1e-2
+    with pytest.raises(UsageError, match=r"^the DPO reference copies the decoder weights "
+                                         r"matching 'lora_x', and none does"):
+        DpoLanguageModel(tiny_decoder(lora_rank=0), copied="lora_x").init(jax.random.key(0),
+                                                                          batch)
 
 
 @pytest.fixture(scope="module")
@@ -330,6 +380,11 @@ def test_dpo_learns_a_held_out_preference_and_the_reference_stays_the_base(host,
         if i == 0:
             np.testing.assert_allclose(metrics["loss"], np.log(2), rtol=1e-6)
     assert accuracy(state.params) > 0.9
+    # the reference's copy of the adapters is frozen where they started, with no optimizer state
+    jax.tree.map(np.testing.assert_array_equal, jax.device_get(state.params["reference"]),
+                 jax.device_get(start.params["reference"]))
+    assert not any("reference" in jax.tree_util.keystr(path) for path, _ in
+                   jax.tree_util.tree_flatten_with_path(state.opt_state)[0])
 
     heldout.set_state(heldout.initial_state())
     batch = heldout.get_next()
@@ -348,8 +403,8 @@ def test_dpo_learns_a_held_out_preference_and_the_reference_stays_the_base(host,
 @pytest.mark.parametrize(("sets", "message"), [
     (["DPO_DATA='{bad}'", "LORA_RANK=2"],
      "{bad}:2: 'chosen' and 'rejected' are the same answer, so there is nothing to prefer"),
-    (["DPO_DATA='{good}'", "DPO_EVAL_FRACTION=0", "NUM_TRAIN_STEPS=1"],
-     "DPO needs LORA_RANK > 0 (the reference is the base without adapters)"),
+    (["DPO_DATA='{good}'", "DPO_EVAL_FRACTION=0", "DPO_BETA=0"],
+     "DPO_BETA (beta) must be positive, got 0"),
 ])
 def test_pax_train_refuses_bad_dpo_data_in_one_line_writing_nothing(tmp_path, sets, message):
     good = write_jsonl(tmp_path / "good.jsonl", say_yes_or_no(40))
@@ -362,3 +417,64 @@ def test_pax_train_refuses_bad_dpo_data_in_one_line_writing_nothing(tmp_path, se
     assert message.format(good=good, bad=bad) in result.stderr
     assert result.stderr.count("\n") == 1
     assert not (tmp_path / "job").exists()
+
+
+def _by_name(params: dict[str, np.ndarray], top: str) -> dict[str, np.ndarray]:
+    """``read_params``'s arrays under ``['top']``, keyed by the rest of their path."""
+    prefix = f"['{top}']"
+    return {k[len(prefix):]: v for k, v in params.items() if k.startswith(prefix)}
+
+
+@pytest.mark.slow
+def test_dpo_from_a_lora_job_continues_its_adapters_against_that_jobs_model(tmp_path):
+    """``--init-from`` a LoRA job: the adapters continue from the source's (not fresh), and
+    the reference holds the source's adapters, so it is the source's model, not the base."""
+    source, job = tmp_path / "sft", tmp_path / "dpo"
+    common = ["--set", "LORA_RANK=2", "--set", "MAX_SEQ_LEN=32"]
+    result = run_pax("train", "--exp", "TinyLmForTests", "--job-dir", str(source), *common,
+                     "--set", "NUM_TRAIN_STEPS=3", "--set", "LEARNING_RATE=1e-2")
+    assert result.returncode == 0, result.stderr
+    pairs = write_jsonl(tmp_path / "p.jsonl", say_yes_or_no(40))
+    result = run_pax("train", "--exp", "TinyLmForTests", "--job-dir", str(job), *common,
+                     "--init-from", str(source), "--set", f"DPO_DATA='{pairs}'",
+                     "--set", "NUM_TRAIN_STEPS=1", "--set", "LEARNING_RATE=1e-30",
+                     "--set", "DPO_EVAL_FRACTION=0")
+    assert result.returncode == 0, result.stderr
+    trained, started = read_params(source), read_params(job)
+    decoder, reference = _by_name(started, "decoder"), _by_name(started, "reference")
+    adapters = {k for k in decoder if "['lora_" in k}
+    assert adapters and set(reference) == adapters
+    for name, value in _by_name(trained, "decoder").items():
+        np.testing.assert_allclose(decoder[name], value, rtol=0, atol=1e-20, err_msg=name)
+        if name in adapters:
+            np.testing.assert_array_equal(reference[name], value, err_msg=name)
+    assert all(np.abs(reference[k]).max() > 0 for k in adapters)
+
+
+@pytest.mark.slow
+def test_full_dpo_on_an_imported_job_holds_the_imported_weights_as_reference(tmp_path):
+    """Without adapters every weight trains, and the reference is a frozen copy of the weights
+    the job starts from: here an imported model's, filled from its weights-only step."""
+    from test_hf_import_bad_input import _folder
+
+    import tokenizers
+
+    source, job = _folder(tmp_path), tmp_path / "job"
+    words = tokenizers.Tokenizer.from_file(str(source / "tokenizer.json"))
+    words.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()  # answers are words w3, w4
+    words.save(str(source / "tokenizer.json"))
+    import_job(isolated_host(("lm", importlib.import_module("pax_lm.plugin"))),
+               format_name="hf", source=str(source), output=str(job))
+    imported = _by_name(read_params(job, step=0), "decoder")
+    pairs = write_jsonl(tmp_path / "p.jsonl", [{"prompt": f"w{i % 7}", "chosen": "w3",
+                                                "rejected": "w4"} for i in range(40)])
+    result = run_pax("train", "--job-dir", str(job), "--set", f"DPO_DATA='{pairs}'",
+                     "--set", "MAX_SEQ_LEN=32", "--set", "NUM_TRAIN_STEPS=2",
+                     "--set", "DPO_EVAL_FRACTION=0", "--set", "LEARNING_RATE=1e-2")
+    assert result.returncode == 0, result.stderr
+    tuned = read_params(job, step=2)
+    decoder, reference = _by_name(tuned, "decoder"), _by_name(tuned, "reference")
+    assert set(decoder) == set(reference) == set(imported)
+    for name, value in imported.items():
+        np.testing.assert_array_equal(reference[name], value, err_msg=name)
+    assert any(np.abs(decoder[k] - imported[k]).max() > 1e-4 for k in imported)

@@ -1,7 +1,8 @@
 """``LORA_RANK``: an LM experiment trains low-rank adapters alone. The base weights stay
 bitwise as they were, the adapters move and the loss falls, and the optimizer holds state
 for the adapters only: a small fraction of full fine-tuning's. On an imported job the
-adapters start fresh beside the imported weights."""
+adapters start fresh beside the imported weights (a source that has adapters continues them:
+``test_dpo``)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ def test_adapters_train_alone_and_the_optimizer_holds_only_theirs(host):
 
 def test_adapters_on_an_imported_job_start_fresh_and_train_alone(host, tmp_path):
     """An imported job's weights-only step lacks the adapters ``LORA_RANK`` adds: they start
-    fresh (``init_from_ignore``), the imported weights stay as imported."""
+    fresh (``init_from_optional``), the imported weights stay as imported."""
     from test_paxml_import import DATA, EXP, TINY
 
     job = tmp_path / "job"
@@ -73,13 +74,13 @@ def test_adapters_on_an_imported_job_start_fresh_and_train_alone(host, tmp_path)
     assert all(np.abs(trained[k]).max() > 0 for k in adapters if k.endswith("['lora_b']"))
 
 
-def test_parameters_an_imported_step_lacks_are_refused_unless_ignored(host, tmp_path):
+def test_parameters_an_imported_step_lacks_are_refused_unless_optional(host, tmp_path):
     from test_paxml_import import DATA, EXP, TINY
 
     job = tmp_path / "job"
     import_job(host, format_name="paxml", source=str(DATA), output=str(job), exp=EXP,
                set_items=TINY)
     result = run_pax("train", "--job-dir", str(job), "--set", "LORA_RANK=2",
-                     "--set", "task.train.init_from_ignore=()", "--set", "NUM_TRAIN_STEPS=1")
+                     "--set", "task.train.init_from_optional=()", "--set", "NUM_TRAIN_STEPS=1")
     assert result.returncode == 2, result.stderr
     assert "lora_a'] is absent in the checkpoint" in result.stderr, result.stderr

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import fiddle as fdl
 
-from pax_core import UsageError
-from pax_lm.dpo.model import DpoLanguageModel
+from pax_core import Train, UsageError
+from pax_lm.dpo.model import REFERENCE_RULE, REFERENCE_WEIGHTS, DpoLanguageModel
 from pax_lm.dpo.preference_input import PreferenceInput
 from pax_lm.sft.dataset import SftDataset
+from pax_transformer import ADAPTER_WEIGHTS
 
 
 class DpoDataset(SftDataset):
     """Mixin for any pax-lm LM experiment: with ``DPO_DATA`` (a ``.jsonl`` file of preference
-    pairs or a folder of them), tune the experiment's adapters (``LORA_RANK`` > 0) with DPO at
-    strength ``DPO_BETA``: the model is ``DpoLanguageModel`` over the experiment's decoder, the
-    data the pairs written with ``CHAT_TEMPLATE`` through ``TOKENIZER`` (``SftDataset``'s) in
-    rows of ``MAX_SEQ_LEN``. ``DPO_EVAL_FRACTION`` of the prompts are held out and evaluated on
+    pairs or a folder of them), tune the experiment's weights, or its adapters when
+    ``LORA_RANK`` > 0, with DPO at strength ``DPO_BETA`` against the model it starts from (a
+    warm start's source, an imported model): the model is ``DpoLanguageModel`` over the
+    experiment's decoder, holding a frozen copy of the weights that train; the data the pairs
+    written with ``CHAT_TEMPLATE`` through ``TOKENIZER`` (``SftDataset``'s) in rows of
+    ``MAX_SEQ_LEN``. ``DPO_EVAL_FRACTION`` of the prompts are held out and evaluated on
     (``EVAL_BATCHES`` batches); 0 holds none out. Without ``DPO_DATA`` it is ``SftDataset``.
     """
 
@@ -36,7 +39,18 @@ class DpoDataset(SftDataset):
         """DPO over the experiment's decoder with ``DPO_DATA``, else the experiment's model."""
         if self.DPO_DATA is None:
             return super().model()
-        return fdl.Config(DpoLanguageModel, decoder=self.decoder(), beta=self.DPO_BETA)
+        return fdl.Config(DpoLanguageModel, decoder=self.decoder(), beta=self.DPO_BETA,
+                          copied=ADAPTER_WEIGHTS if self.LORA_RANK else ".*")
+
+    def train(self) -> fdl.Config[Train]:
+        """The experiment's, with DPO_DATA: the reference frozen, and filled by a warm start
+        from the source's decoder."""
+        train = super().train()
+        if self.DPO_DATA is not None:
+            train.learner.bprop_variable_exclusion = (
+                *train.learner.bprop_variable_exclusion, REFERENCE_WEIGHTS)
+            train.init_from_rules = (REFERENCE_RULE, *train.init_from_rules)
+        return train
 
     def preference_datasets(self) -> list[fdl.Config[PreferenceInput]]:
         """The training input and, unless ``DPO_EVAL_FRACTION`` is 0, the held-out one."""

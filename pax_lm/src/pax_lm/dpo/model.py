@@ -1,20 +1,25 @@
-"""The DPO loss (Rafailov et al. 2023) over a decoder with low-rank adapters.
+"""The DPO loss (Rafailov et al. 2023), against a frozen reference: the model it starts from.
 
-A pair's answer has a log-probability under the model being tuned (the *policy*: the decoder
-with its adapters) and under the *reference* (the decoder without them: the base model the
-adapters start from): the sum over the answer's tokens of the log-softmax at its label. The
-implicit reward of an answer is ``beta * (policy - reference)``, and the loss of a pair is
-``-log sigmoid(chosen reward - rejected reward)``, averaged over the batch's pairs.
+A pair's answer has a log-probability under the model being tuned (the *policy*) and under the
+*reference*: the sum over the answer's tokens of the log-softmax at its label. The implicit
+reward of an answer is ``beta * (policy - reference)``, and the loss of a pair is ``-log
+sigmoid(chosen reward - rejected reward)``, averaged over the batch's pairs.
 
-The reference is the same decoder applied once more with every adapter's ``lora_b`` replaced by
-zeros, which computes exactly the base model (a fresh adapter's ``lora_b`` is zero), under
-``stop_gradient``: no frozen copy of the weights is held, and the reference stays the base
-however long the adapters train. So DPO needs adapters (``LORA_RANK`` > 0). The reference runs
-without dropout, as a fixed model should.
+The reference is the policy as it starts: an imported model, a fine-tuned job it warm-starts
+from (``init_from``), or its own first weights. The model holds a frozen copy, the parameter
+``reference``, of the decoder weights that train (``copied``, a regular expression over their
+paths) and shares the rest, which must stay frozen: full fine-tuning copies every weight, and
+with low-rank adapters only the adapters are copied (a fresh adapter's copy makes the reference
+the base without adapters; adapters continued from a supervised job make it that job's model),
+so the reference costs a copy of the adapters and no optimizer state. The copy starts as the
+decoder's first weights; warm starts fill it from the source's decoder (``reference_rules``).
+The reference runs without dropout and takes no gradient.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 import flax.linen as nn
@@ -28,10 +33,15 @@ from pax_transformer import train_flops_per_token
 
 # A forward pass costs a third of a training step's FLOPs (2 of the 6 per weight and token).
 FORWARD_SHARE = 1 / 3
+# The warm-start rule that fills the reference's copy from the source's decoder weights.
+REFERENCE_RULE = ("reference/(.*)", "decoder/{}")
+# The reference's parameters, for the learner's bprop_variable_exclusion.
+REFERENCE_WEIGHTS = "reference/.*"
 
 
 class DpoLanguageModel(LanguageModel):
-    """DPO over ``decoder`` (``ids -> logits``, with adapters) at strength ``beta``.
+    """DPO over ``decoder`` (``ids -> logits``) at strength ``beta``, the reference holding a
+    copy of the decoder weights whose paths ``copied`` matches (the weights that train).
 
     Takes ``pax_lm.dpo.preference_input``'s batch: ``ids``, ``labels`` and ``weights``, each
     ``[batch, 2, length]`` (a pair's chosen row, then its rejected one; weights 1 on the
@@ -45,11 +55,9 @@ class DpoLanguageModel(LanguageModel):
     """
 
     beta: float = 0.1
+    copied: str = ".*"
 
     def __post_init__(self) -> None:
-        if not getattr(self.decoder, "lora_rank", 0) > 0:
-            raise UsageError("DPO needs LORA_RANK > 0 (the reference is the base without "
-                             "adapters)")
         if not self.beta > 0:
             raise UsageError(f"DPO_BETA (beta) must be positive, got {self.beta}")
         super().__post_init__()
@@ -63,6 +71,7 @@ class DpoLanguageModel(LanguageModel):
         tokens = batch * rows * length
         return tokens * train_flops_per_token(self.decoder, length) * (1 + FORWARD_SHARE)
 
+    @nn.compact
     def log_probs(self, batch: dict[str, Any], train: bool = False
                   ) -> tuple[jax.Array, jax.Array]:
         """The answers' log-probabilities ``[batch, 2]`` under the policy and the reference."""
@@ -70,13 +79,15 @@ class DpoLanguageModel(LanguageModel):
         ids, labels, weights = (batch[k].reshape(pairs * rows, length)
                                 for k in ("ids", "labels", "weights"))
         policy = _answer_log_probs(self.decoder(ids, train=train), labels, weights)
-        if self.is_initializing():  # the reference has no weights of its own
+        decoder, variables = self.decoder.unbind()
+        copy = self.param("reference", lambda _: _select(variables["params"], self.copied))
+        if self.is_initializing():  # the copy is the policy: no second pass to trace
             reference = jax.lax.stop_gradient(policy)
         else:
-            decoder, variables = self.decoder.unbind()
-            base = jax.lax.stop_gradient({**variables,
-                                          "params": without_adapters(variables["params"])})
-            reference = _answer_log_probs(decoder.apply(base, ids, train=False), labels, weights)
+            frozen = jax.lax.stop_gradient({**variables,
+                                            "params": _overlay(variables["params"], copy)})
+            reference = _answer_log_probs(decoder.apply(frozen, ids, train=False), labels,
+                                          weights)
         return policy.reshape(pairs, rows), reference.reshape(pairs, rows)
 
     def __call__(self, batch: dict[str, Any], train: bool = False) -> ModelOutput:
@@ -102,12 +113,30 @@ class DpoLanguageModel(LanguageModel):
         )
 
 
-def without_adapters(params: Any) -> Any:
-    """``params`` with every adapter's ``lora_b`` zero: the base model's computation."""
-    def zeroed(path: tuple[Any, ...], leaf: jax.Array) -> jax.Array:
-        return jnp.zeros_like(leaf) if any(getattr(k, "key", None) == "lora_b"
-                                           for k in path) else leaf
-    return jax.tree_util.tree_map_with_path(zeroed, params)
+def _select(params: Any, pattern: str, prefix: str = "") -> dict[str, Any]:
+    """The leaves of ``params`` whose '/'-joined paths ``pattern`` matches, copied, nested as
+    in ``params`` (a leaf's sharding annotation kept: the copy lies where the weight does)."""
+    chosen: dict[str, Any] = {}
+    for key, value in params.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            inner = _select(value, pattern, path + "/")
+            if inner:
+                chosen[key] = inner
+        elif re.fullmatch(pattern, path):
+            chosen[key] = jax.tree.map(jnp.copy, value)
+    if not chosen and not prefix:
+        raise UsageError(f"the DPO reference copies the decoder weights matching {pattern!r}, "
+                         f"and none does")
+    return chosen
+
+
+def _overlay(params: Any, copy: dict[str, Any]) -> Any:
+    """``params`` with the leaves ``copy`` holds replaced by its."""
+    if not isinstance(copy, Mapping):
+        return copy
+    return {key: _overlay(value, copy[key]) if key in copy else value
+            for key, value in params.items()}
 
 
 def _answer_log_probs(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:

@@ -188,9 +188,9 @@ class TransformerLmExperiment(SingleTaskExperiment):
     def train(self) -> fdl.Config[Train]:
         """The core's, training only the adapters when there are any."""
         train = super().train()
-        if self.LORA_RANK:  # the adapters train; they start fresh on any source's weights
+        if self.LORA_RANK:  # the adapters train: a source's when it has them, else fresh
             train.learner.bprop_variable_inclusion = (ADAPTER_WEIGHTS,)
-            train.init_from_ignore = (*train.init_from_ignore, ADAPTER_WEIGHTS)
+            train.init_from_optional = (*train.init_from_optional, ADAPTER_WEIGHTS)
         return train
 
     def datasets(self) -> list[fdl.Config]:
