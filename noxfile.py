@@ -238,8 +238,9 @@ def sweep(session: nox.Session) -> None:
     session.run(python, "-c", ABSENT, *SWEEP_ONLY, external=True)
     session.run(*install, *_own("sweep"), "-e", TEST_PLUGIN, external=True)
     session.run("uv", "pip", "check", "-q", "--python", python, external=True)
+    # Independent tests, most of their time in a few files' sweeps: spread test by test.
     session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
-                "-n", "auto", "--dist", "loadfile", *_own_tests("sweep"), *session.posargs,
+                "-n", "auto", "--dist", "load", *_own_tests("sweep"), *session.posargs,
                 external=True,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 

@@ -455,9 +455,8 @@ def test_dpo_from_a_lora_job_continues_its_adapters_against_that_jobs_model(tmp_
 def test_full_dpo_on_an_imported_job_holds_the_imported_weights_as_reference(tmp_path):
     """Without adapters every weight trains, and the reference is a frozen copy of the weights
     the job starts from: here an imported model's, filled from its weights-only step."""
-    from test_hf_import_bad_input import _folder
-
     import tokenizers
+    from test_hf_import_bad_input import _folder
 
     source, job = _folder(tmp_path), tmp_path / "job"
     words = tokenizers.Tokenizer.from_file(str(source / "tokenizer.json"))
