@@ -2,12 +2,14 @@
 full supervised fine-tuning (SFT), SFT of low-rank adapters (LoRA), and DPO, each measured on
 prompts that no training saw.
 
-The task: write five random lowercase letters in capitals (``upper qugrd`` -> ``QUGRD``). A
-seeded draw gives 200 held-out words and 8,000 others to train on; the preference pairs answer
-the same prompts, chosen the right answer and rejected it with one letter moved to a neighbour
-in the alphabet (``QTGRD``). The base model has never seen the format; the task needs the
-letters copied from the prompt and mapped to their capitals, which a 1.8M-weight byte-level
-model learns in a few hundred steps.
+The task: write five random lowercase letters in capitals (``upper qugrd``). A seeded draw
+gives 200 held-out words and 8,000 others to train on. The conversations answer in one of two
+styles, drawn half and half: plain (``QUGRD``) or spaced (``Q U G R D``); an answer is right in
+either. The preference pairs answer the same prompts, chosen the plain style and rejected the
+spaced one, both right: SFT teaches the task and leaves the style to chance, and DPO has to
+teach the preference, which SFT did not. The base model has never seen the format; the task
+needs the letters copied from the prompt and mapped to their capitals, which a 1.8M-weight
+byte-level model learns in a few hundred steps.
 
 Each model is a fresh ``pax train`` process, as a user runs it:
 
@@ -18,18 +20,16 @@ Each model is a fresh ``pax train`` process, as a user runs it:
 4. full DPO: ``--init-from`` the full SFT job with ``DPO_DATA``: every weight trains, against a
    frozen copy of the SFT model;
 5. LoRA DPO: ``--init-from`` the LoRA SFT job with ``DPO_DATA``: its adapters continue, and the
-   reference holds a copy of them as they start, so it is the LoRA SFT model;
-6. LoRA DPO on the base: fresh adapters on the base job, with ``DPO_DATA`` alone: the reference
-   is the base, which prefers the right answer no more often than chance, so this row shows
-   what DPO by itself teaches.
+   reference holds a copy of them as they start, so it is the LoRA SFT model.
 
 A training process's peak resident memory is its own rusage (``wait4``); this process never
 imports JAX, since a child's high-water mark starts from the size of the process it was forked
 from. The measurements run in a child too, on each job's latest checkpoint
 (``pax_core.restore_latest``): exact match by greedy decoding of every held-out prompt at once
-(the answer is the text after the prompt up to eos or a newline; the first prompts are decoded
-again with ``pax_lm.decoding.generate``, which ``pax decode`` runs, and must agree); for every
-job the fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
+(the answer is the text after the prompt up to eos or a newline, right in either style; the
+first prompts are decoded again with ``pax_lm.decoding.generate``, which ``pax decode`` runs,
+and must agree), and the share of the answers in the preferred style; for every job the
+fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
 held-out preference accuracy and reward margin as DPO's metrics define them (against the job's
 own reference); the trained parameters, the bytes of the checkpoint's optimizer state and of
 the reference's frozen copy.
@@ -58,7 +58,7 @@ import report
 
 SEED = 0
 LETTERS, HELD_OUT, TRAINING = 5, 200, 8000
-NEW_TOKENS = 8  # decoded per prompt: the answer and its eos, with room to overrun
+NEW_TOKENS = 12  # decoded per prompt: the spaced answer (9) and its eos, with room to overrun
 CHECKED = 8  # held-out prompts decoded again with pax_lm.decoding.generate
 EXP = ["--plugin", "lm", "--exp", "QuickStartLm"]
 LORA = ["LORA_RANK=4", "LORA_ALPHA=16", "LORA_TARGETS=('query','key','value','output')"]
@@ -82,8 +82,7 @@ def runs(data: Path) -> dict[str, tuple[str | None, list[str]]]:
         "full SFT": ("base", [*sft, *schedule(300, 3e-3)]),
         "LoRA SFT": ("base", [*sft, *LORA, *schedule(1000, 1e-3)]),
         "full DPO": ("full SFT", [*dpo, *schedule(200, 1e-4, warmup=10)]),
-        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 1e-4, warmup=10)]),
-        "LoRA DPO on the base": ("base", [*dpo, *LORA, *schedule(600, 1e-3)]),
+        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 3e-4, warmup=10)]),
     }
 
 
@@ -97,12 +96,9 @@ def write_task(data: Path) -> dict[str, int]:
     for split, chosen in (("heldout", drawn[:HELD_OUT]), ("train", drawn[HELD_OUT:])):
         sft, dpo = [], []
         for word in chosen:
-            prompt, answer = f"upper {word}", word.upper()
-            wrong = list(answer)
-            i = rng.randrange(LETTERS)
-            wrong[i] = chr((ord(wrong[i]) - ord("A") + rng.choice((1, 25))) % 26 + ord("A"))
-            sft.append({"prompt": prompt, "response": answer})
-            dpo.append({"prompt": prompt, "chosen": answer, "rejected": "".join(wrong)})
+            prompt, plain, spaced = f"upper {word}", word.upper(), " ".join(word.upper())
+            sft.append({"prompt": prompt, "response": rng.choice((plain, spaced))})
+            dpo.append({"prompt": prompt, "chosen": plain, "rejected": spaced})
         for name, lines in ((f"{split}_sft", sft), (f"{split}_dpo", dpo)):
             (data / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return {"held_out": HELD_OUT, "training": TRAINING}
@@ -191,10 +187,12 @@ def measure(job: str, data: Path) -> dict[str, Any]:
     adapters = sum(v.size for k, v in leaves.items() if k.rsplit("/", 1)[-1].startswith("lora_"))
     result = {
         "step": int(step),
-        "exact_match": float(np.mean([a == p.chosen for a, p in zip(answers, pairs,
+        "exact_match": float(np.mean([a in (p.chosen, p.rejected) for a, p in zip(
+            answers, pairs, strict=True)])),
+        "plain_style": float(np.mean([a == p.chosen for a, p in zip(answers, pairs,
                                                                     strict=True)])),
         "wrong_answers": [[p.chosen, a] for p, a in zip(pairs, answers, strict=True)
-                          if a != p.chosen][:20],
+                          if a not in (p.chosen, p.rejected)][:20],
         "decoding_checked_against_generate": CHECKED,
         "prefers_chosen": float(np.mean(policy[:, 0] > policy[:, 1])),
         "parameters": int(sum(v.size for v in leaves.values())),
@@ -231,10 +229,10 @@ def measured(job: Path, data: Path) -> dict[str, Any]:
 def table(results: dict[str, dict[str, Any]], total: float) -> str:
     """The markdown table, and what it shows in a few lines."""
     lines = [f"# Fine-tuning the quick-start LM: exact match on {HELD_OUT} held-out prompts",
-             "", "| model | steps | exact match | prefers chosen | preference accuracy | reward "
-             "margin | trained parameters | optimizer state | reference copy | peak resident "
-             "(MiB) | seconds |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "", "| model | steps | exact match | plain style | prefers chosen | preference "
+             "accuracy | reward margin | trained parameters | optimizer state | reference copy | "
+             "peak resident (MiB) | seconds |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in results.items():
         share = r["trained_parameters"] / r["parameters"]
         dpo = [f"{r[k]:.3f}" if k in r else "-" for k in ("preference_accuracy",
@@ -242,7 +240,8 @@ def table(results: dict[str, dict[str, Any]], total: float) -> str:
         copy = (f"{r['reference_copy_bytes'] / 1024:,.0f} KiB" if "reference_copy_bytes" in r
                 else "-")
         lines.append(
-            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {r['prefers_chosen']:.3f} | "
+            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {r['plain_style']:.3f} | "
+            f"{r['prefers_chosen']:.3f} | "
             f"{' | '.join(dpo)} | {r['trained_parameters']:,} ({share:.2%}) | "
             f"{r['optimizer_state_bytes'] / 1024:,.0f} KiB | {copy} | {r['peak_mib']:.0f} | "
             f"{r['seconds']:.0f} |")
@@ -251,8 +250,10 @@ def table(results: dict[str, dict[str, Any]], total: float) -> str:
     full, lora = (results[k]["exact_match"] - base for k in ("full SFT", "LoRA SFT"))
     if full > 0:
         lines.append(f"LoRA SFT reaches {lora / full:.1%} of full SFT's gain in exact match.")
-    lines.append(f"Prefers chosen: the fraction of the {HELD_OUT} held-out pairs whose right "
-                 f"answer the model finds likelier than the wrong one. Preference accuracy "
+    lines.append(f"Exact match: answers right in either style; plain style: the share of the "
+                 f"{HELD_OUT} answers in the preferred style. Prefers chosen: the fraction of "
+                 f"the held-out pairs whose plain answer the model finds likelier than the "
+                 f"spaced one. Preference accuracy "
                  f"(DPO's own metric) and reward margin (its mean, beta {BETA}): how the "
                  f"log-probability DPO moved the chosen answer from its reference's compares "
                  f"with the rejected one's. Reference copy: the DPO job's frozen copy of the "
@@ -287,7 +288,8 @@ def main() -> None:
             print(f"{name}: exact match {results[name]['exact_match']:.3f}, "
                   f"{trained['seconds']:.0f} s", flush=True)
     total = time.perf_counter() - started
-    settings = {"task": f"upper WORD -> WORD in capitals, {LETTERS} random lowercase letters",
+    settings = {"task": f"upper WORD -> WORD in capitals, plain or spaced, {LETTERS} random "
+                        f"lowercase letters; pairs prefer the plain style",
                 "task_seed": SEED, **task, "experiment": "QuickStartLm",
                 "pax_seeds": "the experiment's own: task.train.random_seed 1234, inputs 1234 "
                              "(training) and 4321 (held out)",
