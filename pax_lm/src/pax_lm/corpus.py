@@ -99,11 +99,33 @@ def _read_text(file: Path) -> str:
         raise UsageError(f"cannot read {file}: {getattr(e, 'strerror', None) or e}") from None
 
 
+def _lines(file: Path) -> Iterator[str]:
+    """The lines of a UTF-8 text file (gzipped when its name ends in ``.gz``) as ``_read_text``
+    and ``str.split("\\n")`` give them (``\\r\\n`` and a lone ``\\r`` end lines too), read
+    one line at a time; the same one line for a file that is not UTF-8 or does not read."""
+    opener = gzip.open if file.suffix == ".gz" else open
+    offset = 0
+    try:
+        with opener(file, "rb") as raw:
+            for data in raw:
+                try:
+                    text = data.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise UsageError(f"{file}: not UTF-8 text ({e.reason} at byte "
+                                     f"{offset + e.start})") from None
+                offset += len(data)
+                text = text.replace("\r\n", "\n").replace("\r", "\n")
+                yield from text[:-1].split("\n") if text.endswith("\n") else text.split("\n")
+    except (OSError, EOFError) as e:
+        raise UsageError(f"cannot read {file}: {getattr(e, 'strerror', None) or e}") from None
+
+
 def jsonl_records(file: Path, hint: str = "") -> Iterator[tuple[int, Any]]:
     """The line number and JSON value of each non-blank line (a line that is not JSON is one
-    line naming it, then ``hint``). Only a newline ends a line: JSON strings may hold other
-    line separators (U+2028) unescaped."""
-    for number, line in enumerate(_read_text(file).split("\n"), 1):
+    line naming it, then ``hint``), streamed: a file of any size needs memory for one line.
+    Only a newline ends a line: JSON strings may hold other line separators (U+2028)
+    unescaped."""
+    for number, line in enumerate(_lines(file), 1):
         if not line.strip():
             continue
         try:

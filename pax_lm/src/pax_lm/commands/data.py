@@ -1,4 +1,4 @@
-"""``pax data``: prepare token datasets from text, and look inside one.
+"""``pax data``: prepare token datasets from text or conversations, and look inside one.
 
 Mistakes (a missing source, an output that holds something else, a damaged dataset) raise
 ``UsageError``: one line, exit code 2, nothing written. A preparation asked to stop (Ctrl-C,
@@ -27,25 +27,39 @@ app = typer.Typer(help="Prepare and inspect token datasets (ArrayRecord shards).
 def prepare(
     source: Annotated[Path, typer.Argument(
         help="A file or a folder (searched recursively) of .txt, .jsonl, .jsonl.gz, .json.gz, "
-             ".parquet or TFDS .array_record files.")],
+             ".parquet or TFDS .array_record files; with --chat, a .jsonl file of "
+             "conversations or a folder of them (as SFT_DATA takes).")],
     output: Annotated[Path, typer.Option("--output", help="The dataset directory to write.")],
     tokenizer: Annotated[str, typer.Option(
         help="'bytes', a SentencePiece .model file or a Hugging Face .json file.")] = "bytes",
-    field: Annotated[str, typer.Option(
+    field: Annotated[str | None, typer.Option(
         help="The text field of JSON lines, the column of Parquet, the feature of TFDS "
-             "records.")] = "text",
+             "records (default: text).")] = None,
     pattern: Annotated[str | None, typer.Option(
         help="Only files whose name matches this glob ('c4-train.*').")] = None,
     workers: Annotated[int | None, typer.Option(
         help="Tokenizing processes (default: one per CPU; 0: in this process).")] = None,
     shard_mb: Annotated[float, typer.Option(help="Megabytes of text per shard.")] = 32.0,
+    chat: Annotated[bool, typer.Option(
+        "--chat", help="SOURCE holds conversations to fine-tune on (SFT_DATA's JSON lines): "
+                       "store each as its chat template writes it, with its loss mask.")
+                    ] = False,
+    chat_template: Annotated[str | None, typer.Option(
+        help="With --chat: 'plain' or a .jinja file (default: the tokenizer's own, else "
+             "plain), as CHAT_TEMPLATE.")] = None,
 ) -> None:
     """Tokenize SOURCE into ArrayRecord shards with an index and metadata; run the same command
-    again to resume an interrupted preparation (complete shards are kept)."""
+    again to resume an interrupted preparation (complete shards are kept). With --chat, train
+    on the result with SFT_DATA=OUTPUT."""
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pax_core import UsageError
     from pax_lm.data.prepare import prepare as run_prepare
+
+    if chat and field is not None:
+        raise UsageError("--field names the text of text sources; conversations are read in "
+                         "SFT_DATA's forms: leave it out with --chat")
 
     console = Console(stderr=True)
     columns = (TextColumn("preparing"), BarColumn(), TimeElapsedColumn(),
@@ -61,14 +75,16 @@ def prepare(
 
         with _stop_requests() as received:
             try:
-                metadata = run_prepare(source, output, tokenizer, field, pattern, workers,
-                                       shard_mb, on_shard=on_shard)
+                metadata = run_prepare(source, output, tokenizer, field or "text", pattern,
+                                       workers, shard_mb, on_shard=on_shard, chat=chat,
+                                       template=chat_template)
             except KeyboardInterrupt:
                 signum = received.get("signal", signal.SIGINT)
                 raise Stopped(f"stopped on request ({signal.Signals(signum).name}); the "
                               f"{seen['documents']:,} documents of complete shards are kept in "
                               f"{output}: run the same command to resume", signum) from None
-    typer.echo(f"prepared {metadata['documents']:,} documents, {metadata['tokens']:,} tokens in "
+    what = "conversations" if chat else "documents"
+    typer.echo(f"prepared {metadata['documents']:,} {what}, {metadata['tokens']:,} tokens in "
                f"{len(metadata['shards'])} shards: {output}")
 
 
@@ -111,13 +127,18 @@ def inspect(
     import numpy as np
 
     from pax_lm.data.shards import PreparedDataset
-    data = PreparedDataset.open(directory)
+    data = PreparedDataset.open(directory, content=None)
     lengths = np.asarray(data.index)
     tok = data.tokenizer
-    typer.echo(f"{directory}: {data.num_documents:,} documents, {data.num_tokens:,} tokens, "
+    what = "conversations" if data.loss_mask else "documents"
+    typer.echo(f"{directory}: {data.num_documents:,} {what}, {data.num_tokens:,} tokens, "
                f"{len(data.shards)} shards ({sum(s.bytes for s in data.shards):,} bytes)")
     typer.echo(f"tokenizer {tok['name']} (vocabulary {tok['vocab_size']:,}, {tok['fingerprint']}),"
                f" tokens stored as {data.dtype.name}")
+    if data.loss_mask:
+        template = data.chat_template
+        typer.echo(f"conversations written with the chat template {template['name']} "
+                   f"({template['fingerprint']}), each with its loss mask")
     typer.echo(f"document tokens: mean {lengths.mean():,.1f}, median {np.median(lengths):,.0f}, "
                f"max {lengths.max():,}")
     if verify:
@@ -129,9 +150,10 @@ def inspect(
                    f"{source['sha256'][:16]})")
     shown = list(range(min(records, data.num_documents)))
     decode = _decoder(tok)
-    for number, ids in zip(shown, data.tokens(shown), strict=True):
+    for number, (ids, trained) in zip(shown, data.masked_tokens(shown), strict=True):
         text = decode(ids) if decode else " ".join(map(str, ids[:chars // 4]))
-        typer.echo(f"[{number}] {len(ids)} tokens: {text[:chars]!r}")
+        loss = "" if trained is None else f" ({int(trained.sum())} trained)"
+        typer.echo(f"[{number}] {len(ids)} tokens{loss}: {text[:chars]!r}")
 
 
 def _decoder(recorded: dict[str, Any]) -> Callable[[Iterable[int]], str] | None:

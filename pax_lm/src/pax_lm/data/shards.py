@@ -5,16 +5,24 @@
     DIR/
       metadata.json   what the directory holds: format and version, the tokenizer (name,
                       vocabulary size, fingerprint of its model file), the token dtype, counts,
-                      the shards (name, documents, tokens, bytes) and the sources (path, bytes,
-                      SHA-256)
+                      the shards (name, documents, tokens, bytes), the sources (path, bytes,
+                      SHA-256), whether records carry a loss mask (``loss_mask``) and, if so,
+                      the chat template that wrote them (``chat_template``: name, fingerprint)
       index.npy       the token count of every document, in shard order (4 bytes a document,
                       memory-mapped): what a batch planner reads, so that it never reads tokens
+      hashes.npy      conversations only: the hash of each one's turns (8 bytes a document),
+                      from which a held-out split is chosen as ``ChatInput`` chooses it
       shards/tokens-00000.array_record, ...
-                      ArrayRecord files, one record per document: its token ids (no bos or
-                      eos) as little-endian integers of the token dtype
+                      ArrayRecord files, one record per document: its token ids as
+                      little-endian integers of the token dtype; text is stored without bos or
+                      eos, a conversation as its chat template wrote it (bos included), then,
+                      where ``loss_mask`` is true, one bit per token (``numpy.packbits``, first
+                      token in the high bit): 1 on the tokens to train on
 
-``metadata.json`` is written last, so a directory without it is not (yet) a dataset. Opening one
-checks what a run would otherwise trip over later: the files, their sizes, the index length.
+Version 2 added ``loss_mask``, ``chat_template`` and ``hashes.npy``; a version-1 directory is text
+and still reads. ``metadata.json`` is written last, so a directory without it is not (yet) a
+dataset. Opening one checks what a run would otherwise trip over later: the files, their sizes,
+the index length, and that it holds what the reader wants (text or conversations).
 """
 
 from __future__ import annotations
@@ -30,13 +38,17 @@ import numpy as np
 from pax_core import UsageError
 
 FORMAT = "pax-tokens"
-VERSION = 1
+VERSION = 2
+READABLE = (1, 2)
 METADATA = "metadata.json"
 INDEX = "index.npy"
+HASHES = "hashes.npy"
 SHARDS = "shards"
 # One record per group: a document is read without decompressing its neighbours (random access).
 WRITER_OPTIONS = "group_size:1"
 PREPARE_HINT = "make one with: pax data prepare SRC --output DIR"
+# What a reader wants of a dataset (``PreparedDataset.open``).
+TEXT, CHAT = "text", "chat"
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -47,6 +59,16 @@ def token_dtype(vocab_size: int) -> np.dtype:
 
 def shard_name(number: int) -> str:
     return f"{SHARDS}/tokens-{number:05d}.array_record"
+
+
+def masked_record(ids: np.ndarray, trained: np.ndarray, dtype: np.dtype | str) -> bytes:
+    """The record of a document whose ``trained`` tokens carry the loss."""
+    return np.asarray(ids, dtype).tobytes() + np.packbits(np.asarray(trained, bool)).tobytes()
+
+
+def record_bytes(tokens: int | np.ndarray, dtype: np.dtype, masked: bool) -> int | np.ndarray:
+    """The size of the record of a document of ``tokens`` tokens (of each, for an array)."""
+    return tokens * dtype.itemsize + (-(-tokens // 8) if masked else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,13 +91,25 @@ class PreparedDataset:
         self.dtype = np.dtype(metadata["dtype"])
 
     @classmethod
-    def open(cls, path: str | Path) -> PreparedDataset:
-        """Open ``path``, or raise ``UsageError`` naming what is missing or damaged."""
+    def open(cls, path: str | Path, content: str | None = TEXT) -> PreparedDataset:
+        """Open ``path``, or raise ``UsageError`` naming what is missing or damaged, or that it
+        holds conversations where ``content`` is text, or text where it is chat (None: either,
+        for inspecting)."""
         root = Path(path)
         if not root.is_dir():
             raise UsageError(f"no such data directory: {root} ({PREPARE_HINT})")
         metadata = read_metadata(root)
         dataset = cls(root, metadata)
+        if content == TEXT and dataset.loss_mask:
+            raise UsageError(
+                f"{root} holds conversations with loss masks (pax data prepare --chat), not "
+                f"text to pretrain on; fine-tune on it with SFT_DATA, or prepare text without "
+                f"--chat")
+        if content == CHAT and not dataset.loss_mask:
+            raise UsageError(
+                f"{root} holds text (prepared without --chat), not conversations; prepare the "
+                f"conversations with pax data prepare SRC --chat --output DIR, or train on "
+                f"this text with TRAIN_DATA")
         dataset._check_files()
         return dataset
 
@@ -94,9 +128,22 @@ class PreparedDataset:
         return int(self.metadata["tokens"])
 
     @property
+    def loss_mask(self) -> bool:
+        """Whether each record carries a loss mask (conversations, ``pax data prepare
+        --chat``)."""
+        return bool(self.metadata.get("loss_mask", False))
+
+    @property
+    def chat_template(self) -> dict[str, str]:
+        """``name`` and ``fingerprint`` of the chat template that wrote the conversations."""
+        return self.metadata["chat_template"]
+
+    @property
     def fingerprint(self) -> str:
-        """Changes when the documents do: the tokenizer's and every shard's record."""
-        return json.dumps([self.tokenizer["fingerprint"], self.metadata["shards"]])
+        """Changes when the documents do: the tokenizer's and every shard's record (and the
+        chat template's, for conversations)."""
+        parts = [self.tokenizer["fingerprint"], self.metadata["shards"]]
+        return json.dumps([*parts, self.chat_template] if self.loss_mask else parts)
 
     @property
     def tokenizer(self) -> dict[str, Any]:
@@ -122,16 +169,40 @@ class PreparedDataset:
     def _first_documents(self) -> np.ndarray:
         return np.cumsum([0] + [s.documents for s in self.shards])
 
+    @functools.cached_property
+    def hashes(self) -> np.ndarray:
+        """The split hash of every conversation (memory-mapped; ``loss_mask`` datasets)."""
+        return np.load(self.path / HASHES, mmap_mode="r")
+
     def tokens(self, documents: list[int]) -> list[np.ndarray]:
         """The token ids of ``documents``, read together (ArrayRecord reads them in parallel)."""
+        return [ids for ids, _ in self.masked_tokens(documents)]
+
+    def masked_tokens(self, documents: list[int]
+                      ) -> list[tuple[np.ndarray, np.ndarray | None]]:
+        """The token ids of ``documents`` with, where the dataset has them, their loss masks
+        (bool, 1 on the tokens to train on)."""
         try:
             records = self._source.__getitems__(documents)
         except (RuntimeError, ValueError) as e:  # the C++ reader's status, as text
-            first = np.searchsorted(self._first_documents, min(documents), side="right") - 1
-            raise UsageError(f"{self.path}: a shard is damaged (reading from "
-                             f"{self.shards[first].name} on: {short(e)}); prepare it again"
-                             ) from None
-        return [np.frombuffer(r, self.dtype).astype(np.int32) for r in records]
+            raise self._damaged(min(documents), short(e)) from None
+        if not self.loss_mask:
+            return [(np.frombuffer(r, self.dtype).astype(np.int32), None) for r in records]
+        out = []
+        for document, record, n in zip(documents, records, self.lengths(np.asarray(documents)),
+                                       strict=True):
+            if len(record) != record_bytes(int(n), self.dtype, True):
+                raise self._damaged(document, f"a record of {len(record)} bytes for {n} tokens")
+            size = int(n) * self.dtype.itemsize
+            out.append((np.frombuffer(record[:size], self.dtype).astype(np.int32),
+                        np.unpackbits(np.frombuffer(record[size:], np.uint8),
+                                      count=int(n)).astype(bool)))
+        return out
+
+    def _damaged(self, document: int, why: str) -> UsageError:
+        first = np.searchsorted(self._first_documents, document, side="right") - 1
+        return UsageError(f"{self.path}: a shard is damaged (reading from "
+                          f"{self.shards[first].name} on: {why}); prepare it again")
 
     def verify_shard(self, number: int) -> int:
         """Read every record of shard ``number`` (ArrayRecord checks each block's hash); its
@@ -142,12 +213,19 @@ class PreparedDataset:
         try:
             reader = ArrayRecordReader(str(self.path / shard.name))
             try:
-                tokens = sum(len(r) for r in reader.read_all()) // self.dtype.itemsize
+                sizes = np.array([len(r) for r in reader.read_all()], np.int64)
             finally:
                 reader.close()
         except (OSError, RuntimeError, ValueError) as e:
             raise UsageError(f"{self.path}: shard {shard.name} is damaged ({short(e)}); "
                              f"prepare the dataset again") from None
+        first = int(self._first_documents[number])
+        lengths = self.lengths(np.arange(first, first + shard.documents))
+        expected = record_bytes(lengths, self.dtype, self.loss_mask)
+        if len(sizes) != len(lengths) or (sizes != expected).any():
+            raise UsageError(f"{self.path}: shard {shard.name} is damaged (its records do not "
+                             f"match {INDEX}); prepare the dataset again")
+        tokens = int(lengths.sum())
         if tokens != shard.tokens:
             raise UsageError(f"{self.path}: shard {shard.name} holds {tokens} tokens, "
                              f"{shard.tokens} written; prepare the dataset again")
@@ -171,6 +249,16 @@ class PreparedDataset:
         if count != self.num_documents:
             raise UsageError(f"{index} lists {count} documents, metadata.json "
                              f"{self.num_documents}; prepare the dataset again")
+        if self.loss_mask:
+            hashes = self.path / HASHES
+            try:
+                count = len(self.hashes)
+            except (OSError, ValueError) as e:
+                raise UsageError(f"{hashes} does not read ({e}); prepare the dataset again"
+                                 ) from None
+            if count != self.num_documents:
+                raise UsageError(f"{hashes} lists {count} conversations, metadata.json "
+                                 f"{self.num_documents}; prepare the dataset again")
 
     def check_tokenizer(self, name: str, fingerprint: str) -> None:
         """Refuse shards written by another tokenizer than ``fingerprint``'s."""
@@ -197,11 +285,14 @@ def read_metadata(root: Path) -> dict[str, Any]:
         raise UsageError(f"{file} does not read ({e}); prepare the dataset again") from None
     if not isinstance(metadata, dict) or metadata.get("format") != FORMAT:
         raise UsageError(f"{file} is not a Pax token dataset ({PREPARE_HINT})")
-    if metadata.get("version") != VERSION:
+    if metadata.get("version") not in READABLE:
         raise UsageError(f"{file} has format version {metadata.get('version')}; this pax-lm "
-                         f"reads version {VERSION}: prepare the dataset again")
-    missing = [key for key in ("tokenizer", "dtype", "documents", "tokens", "shards")
-               if key not in metadata]
+                         f"reads versions {', '.join(map(str, READABLE))}: prepare the dataset "
+                         f"again")
+    needed = ["tokenizer", "dtype", "documents", "tokens", "shards"]
+    if metadata.get("loss_mask"):
+        needed.append("chat_template")
+    missing = [key for key in needed if key not in metadata]
     if missing:
         raise UsageError(f"{file} lacks {', '.join(missing)}; prepare the dataset again")
     if not metadata["documents"]:

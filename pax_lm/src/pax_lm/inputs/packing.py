@@ -1,6 +1,7 @@
 """Rows of LM batches planned from document lengths alone.
 
-A document enters a row as the token sequence ``[bos, *text, eos]``; a row of ``seq_len``
+A document enters a row as a token sequence: ``[bos, *text, eos]`` for text, a conversation as
+its chat template wrote it (``pax_lm.sft``); the planner sees sequence lengths. A row of ``seq_len``
 predictions holds ``seq_len + 1`` tokens, so consecutive pieces of one sequence overlap by one
 token and every next-token prediction is trained exactly once. Two layouts:
 
@@ -34,8 +35,7 @@ BLOCK_DOCUMENTS = 1024
 
 
 class Span(NamedTuple):
-    """Tokens ``[first, first + count)`` of the sequence ``[bos, *text, eos]`` of ``document``
-    of ``source``."""
+    """Tokens ``[first, first + count)`` of the token sequence of ``document`` of ``source``."""
 
     source: int
     document: int
@@ -85,9 +85,9 @@ def first_fit(piece_len: np.ndarray, seq_len: int) -> tuple[np.ndarray, np.ndarr
 
 
 def pack_rows(documents: list[tuple[int, int]], lengths: np.ndarray, seq_len: int) -> list[Row]:
-    """The packed rows of ``documents`` ((source, document) pairs whose texts have ``lengths``
-    tokens)."""
-    sequence = np.asarray(lengths, np.int64) + 2
+    """The packed rows of ``documents`` ((source, document) pairs whose sequences have
+    ``lengths`` tokens)."""
+    sequence = np.asarray(lengths, np.int64)
     first, count, owner = cut_pieces(np.zeros(len(sequence), np.int64), sequence, seq_len)
     row, _, _ = first_fit(count, seq_len)
     rows: list[Row] = [[] for _ in range(int(row.max()) + 1 if len(row) else 0)]
@@ -101,7 +101,7 @@ def pack_rows(documents: list[tuple[int, int]], lengths: np.ndarray, seq_len: in
 @dataclasses.dataclass
 class RowPlanner:
     """Rows of the document stream ``document(k)`` -> (source, document), ``k`` from 0 to
-    ``num_documents`` (None: endless), whose text lengths ``lengths(pairs)`` gives."""
+    ``num_documents`` (None: endless), whose sequence lengths ``lengths(pairs)`` gives."""
 
     document: Callable[[int], tuple[int, int]]
     lengths: Callable[[list[tuple[int, int]]], np.ndarray]
@@ -142,7 +142,7 @@ class RowPlanner:
                     more = self._documents(k + j, k + j + BLOCK_DOCUMENTS)
                     if not more:
                         break
-                    window += zip(more, (self.lengths(more) + 2).tolist(), strict=True)
+                    window += zip(more, self.lengths(more).tolist(), strict=True)
                 (source, document), length = window[j]
                 take = min(need, length - at)
                 spans.append(Span(source, document, at, take))

@@ -200,15 +200,26 @@ def split_documents(documents: Sequence[str], split: str, eval_fraction: float,
     if len(documents) < 2:
         raise UsageError(f"{source} has {len(documents)} document(s); at least 2 are needed to "
                          f"hold one out for evaluation (give several files or a JSONL file)")
-    keys = np.array([int.from_bytes(hashlib.blake2b(d.encode(), digest_size=8).digest(), "big")
-                     for d in documents], np.uint64)
-    num_eval = max(1, round(eval_fraction * len(documents)))
-    held_out = keys <= np.sort(keys)[num_eval - 1]
-    chosen = held_out if split == "eval" else ~held_out
+    held = held_out(text_hashes(documents), eval_fraction)
+    chosen = held if split == "eval" else ~held
     if not chosen.any():
         raise UsageError(f"{source}: every document is held out for evaluation (they are all "
                          f"identical); give more varied text")
     return [d for d, keep in zip(documents, chosen, strict=True) if keep]
+
+
+def text_hashes(texts: Sequence[str]) -> np.ndarray:
+    """The hash that places each text in a split (uint64): kept beside prepared conversations
+    so that their split is chosen without reading them."""
+    return np.array([int.from_bytes(hashlib.blake2b(t.encode(), digest_size=8).digest(), "big")
+                     for t in texts], np.uint64)
+
+
+def held_out(hashes: np.ndarray, eval_fraction: float) -> np.ndarray:
+    """Which of the texts of ``hashes`` are held out: the ``eval_fraction`` (at least one) with
+    the smallest hashes, and every text equal to one of them."""
+    num_eval = max(1, round(eval_fraction * len(hashes)))
+    return hashes <= np.partition(hashes, num_eval - 1)[num_eval - 1]
 
 
 def _make_rows(documents: list[np.ndarray], tokenizer: Tokenizer, seq_len: int,

@@ -21,6 +21,10 @@ resume continues on the exact next batch, also with another number of processes.
 
 A finite input (evaluation) ends with ``StopIteration`` after a last batch filled with empty rows
 (weight 0), so an evaluation counts every token once whatever the batch size and process count.
+
+Text documents enter rows as ``[bos, *text, eos]`` and train on every prediction. Conversations
+prepared with ``--chat`` are read by ``pax_lm.sft.prepared.PreparedChatInput`` through the same
+pipeline: each enters as its stored tokens, and a prediction's weight is its label's loss-mask bit.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class TokensInput(LmInput):
     """
 
     KEY_NAME: ClassVar[str] = "plan"
+    MASKED: ClassVar[bool] = False  # the datasets hold conversations with loss masks
     CHANGED: ClassVar[str] = ("the datasets, mixture weights, seed, seq_len, packing, shuffle "
                               "or repeat")
 
@@ -89,7 +94,7 @@ class TokensInput(LmInput):
                              f"({{path: weight}})")
         datasets = []
         for path in [self.path] if self.path is not None else list(self.mixture):
-            data = PreparedDataset.open(path)
+            data = PreparedDataset.open(path)  # text: conversations are refused
             data.check_tokenizer(self.tokenizer.name, self.tokenizer.fingerprint)
             datasets.append(data)
         return datasets
@@ -105,7 +110,8 @@ class TokensInput(LmInput):
         plan = [self.seed, self.seq_len, self.packing, self.shuffles, self.repeats, weights,
                 [data.fingerprint for data in datasets]]
         self._opened = _Sources(datasets, weights, self.tokenizer.bos_id,
-                                self.tokenizer.eos_id, self.tokenizer.pad_id, fingerprint(*plan))
+                                self.tokenizer.eos_id, self.tokenizer.pad_id, fingerprint(*plan),
+                                self.MASKED)
         return self._opened
 
     def check(self) -> None:
@@ -144,7 +150,8 @@ class TokensInput(LmInput):
 
 class TokenSource(Protocol):
     """What the input reads of a dataset: ``pax_lm.data.shards.PreparedDataset``, or a text
-    dataset tokenized as it is read (``pax_lm.data.tfds.TfdsText``)."""
+    dataset tokenized as it is read (``pax_lm.data.tfds.TfdsText``); for a masked input, one
+    whose ``masked_tokens`` gives loss masks (``pax_lm.sft.prepared.ChatSplit``)."""
 
     num_documents: int
     fingerprint: str  # changes when the documents do
@@ -157,13 +164,16 @@ class TokenSource(Protocol):
 
 
 class _Sources:
-    """The datasets of an input: documents to plan with, lengths and tokens to read."""
+    """The datasets of an input: documents to plan with, sequence lengths and tokens to read.
+    ``masked``: the documents are conversations, entering rows as stored, with loss masks;
+    else text, entering as ``[bos, *text, eos]``."""
 
     def __init__(self, datasets: list[TokenSource], weights: list[float], bos: int,
-                 eos: int, pad: int, plan_key: str):
+                 eos: int, pad: int, plan_key: str, masked: bool = False):
         self.datasets, self.weights = datasets, weights
         self.bos, self.eos, self.pad = bos, eos, pad
         self.plan_key = plan_key
+        self.masked = masked
 
     def documents(self, seed: int, shuffle: bool, repeat: bool) -> grain.MapDataset:
         """The stream of (dataset, document) pairs."""
@@ -180,21 +190,31 @@ class _Sources:
         return grain.MapDataset.mix(streams, self.weights)
 
     def lengths(self, pairs: list[tuple[int, int]]) -> np.ndarray:
+        """The sequence lengths of (dataset, document) pairs."""
         numbers = np.array(pairs, np.int64).reshape(-1, 2)
         out = np.empty(len(numbers), np.int64)
         for number, data in enumerate(self.datasets):
             mine = numbers[:, 0] == number
             if mine.any():
                 out[mine] = data.lengths(numbers[mine, 1])
-        return out
+        return out if self.masked else out + 2  # text gains bos and eos
 
-    def sequences(self, pairs: set[tuple[int, int]]) -> dict[tuple[int, int], np.ndarray]:
-        """``[bos, *tokens, eos]`` of each (dataset, document) pair."""
+    def sequences(self, pairs: set[tuple[int, int]]
+                  ) -> dict[tuple[int, int], tuple[np.ndarray, np.ndarray | None]]:
+        """The token sequence of each (dataset, document) pair, with its loss mask (None:
+        text, ``[bos, *tokens, eos]``, trained everywhere)."""
         out = {}
         for number, data in enumerate(self.datasets):
             docs = sorted(d for s, d in pairs if s == number)
-            for doc, ids in zip(docs, data.tokens(docs) if docs else [], strict=True):
-                out[number, doc] = np.concatenate([[self.bos], ids, [self.eos]]).astype(np.int32)
+            if not docs:
+                continue
+            if self.masked:
+                out.update(((number, doc), sequence)
+                           for doc, sequence in zip(docs, data.masked_tokens(docs), strict=True))
+                continue
+            for doc, ids in zip(docs, data.tokens(docs), strict=True):
+                out[number, doc] = (np.concatenate([[self.bos], ids, [self.eos]]
+                                                   ).astype(np.int32), None)
         return out
 
 
@@ -265,23 +285,29 @@ class _PlannedBatchIterator(grain.DatasetIterator):
 
 def assemble(rows: list[Row], sources: _Sources, seq_len: int) -> dict[str, np.ndarray]:
     """The arrays of ``rows``: each segment's tokens, joined from its spans, give its ids
-    (all but the last) and labels (all but the first)."""
+    (all but the last) and labels (all but the first); a prediction weighs 1, or, for
+    conversations, its label's loss-mask bit (0 on prompts and templates' text)."""
     shape = (len(rows), seq_len)
     batch = {"ids": np.full(shape, sources.pad, np.int32),
              "labels": np.full(shape, sources.pad, np.int32),
              "segment_ids": np.zeros(shape, np.int32), "segment_pos": np.zeros(shape, np.int32)}
+    weights = np.zeros(shape, np.float32)
     sequences = sources.sequences({(s.source, s.document)
                                    for row in rows for segment in row for s in segment})
     for r, row in enumerate(rows):
         column = 0
         for number, segment in enumerate(row, 1):
-            tokens = np.concatenate([sequences[s.source, s.document][s.first:s.first + s.count]
-                                     for s in segment])
+            pieces = [(sequences[s.source, s.document], slice(s.first, s.first + s.count))
+                      for s in segment]
+            tokens = np.concatenate([ids[at] for (ids, _), at in pieces])
             n = len(tokens) - 1
             batch["ids"][r, column:column + n] = tokens[:-1]
             batch["labels"][r, column:column + n] = tokens[1:]
             batch["segment_ids"][r, column:column + n] = number
             batch["segment_pos"][r, column:column + n] = np.arange(n)
+            weights[r, column:column + n] = (
+                1.0 if not sources.masked
+                else np.concatenate([trained[at] for (_, trained), at in pieces])[1:])
             column += n
-    batch["weights"] = (batch["segment_ids"] > 0).astype(np.float32)
+    batch["weights"] = weights
     return batch

@@ -24,13 +24,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from pax_core import UsageError
 from pax_lm.corpus import find_files, jsonl_records
-from pax_lm.inputs.text import split_documents
+from pax_lm.inputs.text import split_documents, text_hashes
 
 T = TypeVar("T")
 ROLES = ("system", "user", "assistant")
@@ -57,29 +59,60 @@ def read_conversations(path: str | os.PathLike) -> list[Conversation]:
     return read_jsonl(path, _conversation, "conversation", FORMS)
 
 
+def conversation_files(path: str | os.PathLike) -> list[Path]:
+    """The files ``read_conversations`` reads, in its order."""
+    return jsonl_files(path, "conversation")
+
+
+def file_conversations(file: Path) -> Iterator[Conversation]:
+    """The conversations of one file, streamed and checked as ``read_conversations`` checks
+    them (``pax data prepare --chat`` reads sets too large for memory this way)."""
+    return file_records(file, _conversation, "conversation", FORMS)
+
+
+def no_records(root: str | os.PathLike, what: str, forms: str) -> UsageError:
+    """The refusal of a source that holds no ``what``."""
+    return UsageError(f"no {what}s in {Path(root)}; write one per line as {forms}")
+
+
 def read_jsonl(path: str | os.PathLike, parse: Callable[[dict[str, Any], str], T], what: str,
                forms: str) -> list[T]:
     """The records of ``path`` (a ``.jsonl`` file, or a folder searched recursively for them,
     sorted by path, hidden files and folders skipped), each non-blank line a JSON object read
     by ``parse(record, "file:line")``. ``what`` names one record in messages (``"conversation"``)
     and ``forms`` shows how to write one."""
+    records = [record for file in jsonl_files(path, what)
+               for record in file_records(file, parse, what, forms)]
+    if not records:
+        raise no_records(path, what, forms)
+    return records
+
+
+def jsonl_files(path: str | os.PathLike, what: str) -> list[Path]:
+    """``path`` itself when a file, else the ``.jsonl`` files under it, sorted by path."""
     root = Path(path)
     if not root.exists():
         raise UsageError(f"no such file or folder: {root}; give a .jsonl file of {what}s or a "
                          f"folder of them")
-    files = [root] if root.is_file() else find_files(root, (".jsonl",))
+    return [root] if root.is_file() else find_files(root, (".jsonl",))
+
+
+def file_records(file: Path, parse: Callable[[dict[str, Any], str], T], what: str,
+                 forms: str) -> Iterator[T]:
+    """The records of one file, streamed (see ``read_jsonl``)."""
     hint = f"; write each {what} on one line as {forms}"
-    records = []
-    for file in files:
-        for number, record in jsonl_records(file, hint):
-            where = f"{file}:{number}"
-            if not isinstance(record, dict):
-                raise UsageError(f"{where}: a JSON {json_kind(record)}, not an object; write "
-                                 f"each {what} as {forms}")
-            records.append(parse(record, where))
-    if not records:
-        raise UsageError(f"no {what}s in {root}; write one per line as {forms}")
-    return records
+    for number, record in jsonl_records(file, hint):
+        where = f"{file}:{number}"
+        if not isinstance(record, dict):
+            raise UsageError(f"{where}: a JSON {json_kind(record)}, not an object; write "
+                             f"each {what} as {forms}")
+        yield parse(record, where)
+
+
+def conversation_hashes(conversations: Sequence[Conversation]) -> np.ndarray:
+    """The hash of each conversation's turns that places it in a split
+    (``split_conversations``)."""
+    return text_hashes([c.key for c in conversations])
 
 
 def split_conversations(conversations: list[Conversation], split: str, eval_fraction: float,

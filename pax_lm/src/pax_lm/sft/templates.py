@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -69,19 +70,26 @@ Piece = tuple[str | int, bool]
 class ChatTemplate(abc.ABC):
     """A conversation as pieces of text and ids, the assistant's marked for training."""
 
+    @property
+    @abc.abstractmethod
+    def identity(self) -> dict[str, str]:
+        """``name`` (as messages show it) and ``fingerprint`` (equal for templates that write
+        equal text): what a prepared dataset records of the template it was written with."""
+
     @abc.abstractmethod
     def pieces(self, conversation: Conversation, last_only: bool = False) -> list[Piece]:
         """The conversation up to its last assistant turn, in order; with ``last_only`` only
         that last answer is marked for training (the answer a preference pair compares)."""
 
     def encode(self, conversations: Sequence[Conversation], tokenizer: Tokenizer,
-               last_only: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+               last_only: bool = False, num_threads: int | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Each conversation's tokens (int32) and a flag per token (bool): train on it (with
         ``last_only``, on its last answer alone). The texts of all pieces are tokenized in one
-        batch (``encode_batch``), then reassembled."""
+        batch (``encode_batch``, with ``num_threads``), then reassembled."""
         pieces = [self.pieces(c, last_only) for c in conversations]
         texts = [p for ps in pieces for p, _ in ps if isinstance(p, str)]
-        encoded = iter(tokenizer.encode_batch(texts))
+        encoded = iter(tokenizer.encode_batch(texts, num_threads=num_threads))
         result = []
         for ps in pieces:
             ids = [np.array([p], np.int32) if isinstance(p, int) else next(encoded)
@@ -98,6 +106,11 @@ class PlainTemplate(ChatTemplate):
 
     bos_id: int
     eos_id: int
+
+    @property
+    def identity(self) -> dict[str, str]:
+        # bos and eos are the tokenizer's, whose own fingerprint a dataset records beside it
+        return {"name": PLAIN, "fingerprint": PLAIN}
 
     def pieces(self, conversation: Conversation, last_only: bool = False) -> list[Piece]:
         pieces: list[Piece] = [(self.bos_id, False)]
@@ -126,6 +139,8 @@ class JinjaTemplate(ChatTemplate):
 
         self.where = where
         self.special_tokens = special_tokens
+        digest = hashlib.sha256(json.dumps([source, special_tokens], sort_keys=True).encode())
+        self.fingerprint = digest.hexdigest()[:16]
         environment = jinja2.sandbox.ImmutableSandboxedEnvironment(
             trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
         environment.filters["tojson"] = _tojson
@@ -136,6 +151,10 @@ class JinjaTemplate(ChatTemplate):
         except jinja2.TemplateSyntaxError as e:
             raise UsageError(f"the chat template {where} does not compile: {_line(e.message)} "
                              f"(line {e.lineno}); fix it, or use the plain template") from None
+
+    @property
+    def identity(self) -> dict[str, str]:
+        return {"name": self.where, "fingerprint": self.fingerprint}
 
     def render(self, messages: Sequence[dict[str, str]], add_generation_prompt: bool,
                conversation: Conversation) -> str:
