@@ -27,6 +27,8 @@ def pax_register_commands():
     return [
         Component("decode", "pax_lm.commands.decode:decode",
                   "continue a prompt from a trained LM job"),
+        Component("score", "pax_lm.commands.score:score",
+                  "log-likelihoods of continuations given contexts, from a trained LM job"),
         Component("tokenizer", "pax_lm.commands.tokenizer:app", "train a SentencePiece tokenizer"),
         Component("data", "pax_lm.commands.data:app",
                   "prepare token datasets (ArrayRecord shards) and inspect them"),

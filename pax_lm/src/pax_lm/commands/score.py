@@ -1,0 +1,81 @@
+"""``pax score``: the log-likelihood of continuations given contexts, from a language-model job."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pax_core import JobRequest, UsageError, job_command, require_files, write_atomic
+
+FIELDS = ("context", "continuation")
+
+
+@job_command
+def score(
+    job: JobRequest,
+    requests: Annotated[Path, typer.Argument(help="A .jsonl file: one {\"context\": ..., "
+                                             "\"continuation\": ...} a line.")],
+    output: Annotated[Path | None, typer.Option(help="Write the scores here, one JSON line "
+                                                "a request (default: print them).")] = None,
+    batch_size: Annotated[int, typer.Option(help="Requests scored at once.")] = 8,
+) -> None:
+    """Score each continuation after its context with the latest checkpoint in --job-dir (or
+    the one of --restore-checkpoint-step): its log-likelihood (natural log, summed over its
+    tokens), its token count, whether greedy decoding gives it, and whether its context was cut
+    on the left to fit the model."""
+    import jax
+
+    from pax_lm.models import LanguageModel
+    from pax_lm.scoring import Scorer, encode_pair
+
+    require_files([requests], "requests")
+    if output is not None and output.exists():
+        raise UsageError(f"{output} exists; give another --output or remove it (nothing was "
+                         f"written)")
+    texts = read_requests(requests)
+    restored = job.restore(LanguageModel, "a language model")
+    tokenizer = getattr(restored.run.train_input, "tokenizer", None)
+    if tokenizer is None:
+        raise UsageError(f"experiment {restored.run.resolved.name} is not a text language "
+                         f"model (its input has no tokenizer)")
+    variables = {name: collection["decoder"] for name, collection
+                 in restored.variables().items() if "decoder" in collection}
+    pairs = [encode_pair(tokenizer, c, x) for c, x in texts.values()]
+    for (line, _), (_, continuation) in zip(texts.items(), pairs, strict=True):
+        if not continuation:
+            raise UsageError(f"{requests}:{line}: the continuation has no tokens of its own "
+                             f"(the tokenizer merged it into the context)")
+    scores = Scorer(restored.model.decoder, variables, batch_size).score(pairs)
+    lines = [json.dumps({"context": c, "continuation": x, "log_likelihood": s.log_likelihood,
+                         "tokens": s.num_tokens, "is_greedy": s.is_greedy,
+                         "truncated": s.truncated})
+             for (c, x), s in zip(texts.values(), scores, strict=True)]
+    if output is not None:
+        write_atomic(output, "".join(line + "\n" for line in lines))
+        restored.echo(f"scored {len(lines)} requests into {output}")
+        return
+    if jax.process_index() == 0:  # bare JSON lines, for a pipe
+        typer.echo("\n".join(lines))
+
+
+def read_requests(path: Path) -> dict[int, tuple[str, str]]:
+    """The (context, continuation) of each line of ``path``, by line number; a bad line is one
+    usage error naming it."""
+    from pax_lm.corpus import jsonl_records
+
+    found = {}
+    for line, record in jsonl_records(path):
+        if not isinstance(record, dict) or set(record) != set(FIELDS) or not all(
+                isinstance(record[k], str) for k in FIELDS):
+            raise UsageError(f"{path}:{line}: each line is {{\"context\": text, "
+                             f"\"continuation\": text}}, got {json.dumps(record)[:120]}")
+        if not record["continuation"]:
+            raise UsageError(f"{path}:{line}: the continuation is empty; there is nothing to "
+                             f"score")
+        found[line] = (record["context"], record["continuation"])
+    if not found:
+        raise UsageError(f"{path} holds no requests")
+    return found
