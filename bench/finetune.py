@@ -4,12 +4,12 @@ prompts that no training saw.
 
 The task: write five random lowercase letters in capitals (``upper qugrd``). A seeded draw
 gives 200 held-out words and 8,000 others to train on. The conversations answer in one of two
-styles, drawn half and half: plain (``QUGRD``) or spaced (``Q U G R D``); an answer is right in
-either. The preference pairs answer the same prompts, chosen the plain style and rejected the
-spaced one, both right: SFT teaches the task and leaves the style to chance, and DPO has to
-teach the preference, which SFT did not. The base model has never seen the format; the task
-needs the letters copied from the prompt and mapped to their capitals, which a 1.8M-weight
-byte-level model learns in a few hundred steps.
+styles, drawn half and half: all capitals (``QUGRD``) or a capital first (``Qugrd``), of the
+same length; an answer is right in either. The preference pairs answer the same prompts, chosen
+all capitals and rejected a capital first: SFT teaches the task and leaves the style to chance,
+and DPO has to teach the preference, which SFT did not. The base model has never seen the
+format; the task needs the letters copied from the prompt and mapped to their capitals, which a
+1.8M-weight byte-level model learns in a few hundred steps.
 
 Each model is a fresh ``pax train`` process, as a user runs it:
 
@@ -28,7 +28,7 @@ from. The measurements run in a child too, on each job's latest checkpoint
 (``pax_core.restore_latest``): exact match by greedy decoding of every held-out prompt at once
 (the answer is the text after the prompt up to eos or a newline, right in either style; the
 first prompts are decoded again with ``pax_lm.decoding.generate``, which ``pax decode`` runs,
-and must agree), and the share of the answers in the preferred style; for every job the
+and must agree), and the share of the answers in the preferred style (all capitals); for every job the
 fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
 held-out preference accuracy and reward margin as DPO's metrics define them (against the job's
 own reference); the trained parameters, the bytes of the checkpoint's optimizer state and of
@@ -58,7 +58,7 @@ import report
 
 SEED = 0
 LETTERS, HELD_OUT, TRAINING = 5, 200, 8000
-NEW_TOKENS = 12  # decoded per prompt: the spaced answer (9) and its eos, with room to overrun
+NEW_TOKENS = 8  # decoded per prompt: the answer and its eos, with room to overrun
 CHECKED = 8  # held-out prompts decoded again with pax_lm.decoding.generate
 EXP = ["--plugin", "lm", "--exp", "QuickStartLm"]
 LORA = ["LORA_RANK=4", "LORA_ALPHA=16", "LORA_TARGETS=('query','key','value','output')"]
@@ -81,8 +81,8 @@ def runs(data: Path) -> dict[str, tuple[str | None, list[str]]]:
         "base": (None, ["NUM_TRAIN_STEPS=300", "LR_COS_DECAY_END=300"]),
         "full SFT": ("base", [*sft, *schedule(300, 3e-3)]),
         "LoRA SFT": ("base", [*sft, *LORA, *schedule(1000, 1e-3)]),
-        "full DPO": ("full SFT", [*dpo, *schedule(200, 1e-4, warmup=10)]),
-        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 3e-4, warmup=10)]),
+        "full DPO": ("full SFT", [*dpo, *schedule(200, 2e-5, warmup=10)]),
+        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 1e-4, warmup=10)]),
     }
 
 
@@ -96,9 +96,9 @@ def write_task(data: Path) -> dict[str, int]:
     for split, chosen in (("heldout", drawn[:HELD_OUT]), ("train", drawn[HELD_OUT:])):
         sft, dpo = [], []
         for word in chosen:
-            prompt, plain, spaced = f"upper {word}", word.upper(), " ".join(word.upper())
-            sft.append({"prompt": prompt, "response": rng.choice((plain, spaced))})
-            dpo.append({"prompt": prompt, "chosen": plain, "rejected": spaced})
+            prompt, capitals, first = f"upper {word}", word.upper(), word.capitalize()
+            sft.append({"prompt": prompt, "response": rng.choice((capitals, first))})
+            dpo.append({"prompt": prompt, "chosen": capitals, "rejected": first})
         for name, lines in ((f"{split}_sft", sft), (f"{split}_dpo", dpo)):
             (data / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return {"held_out": HELD_OUT, "training": TRAINING}
@@ -189,7 +189,7 @@ def measure(job: str, data: Path) -> dict[str, Any]:
         "step": int(step),
         "exact_match": float(np.mean([a in (p.chosen, p.rejected) for a, p in zip(
             answers, pairs, strict=True)])),
-        "plain_style": float(np.mean([a == p.chosen for a, p in zip(answers, pairs,
+        "capitals_style": float(np.mean([a == p.chosen for a, p in zip(answers, pairs,
                                                                     strict=True)])),
         "wrong_answers": [[p.chosen, a] for p, a in zip(pairs, answers, strict=True)
                           if a not in (p.chosen, p.rejected)][:20],
@@ -229,7 +229,7 @@ def measured(job: Path, data: Path) -> dict[str, Any]:
 def table(results: dict[str, dict[str, Any]], total: float) -> str:
     """The markdown table, and what it shows in a few lines."""
     lines = [f"# Fine-tuning the quick-start LM: exact match on {HELD_OUT} held-out prompts",
-             "", "| model | steps | exact match | plain style | prefers chosen | preference "
+             "", "| model | steps | exact match | all capitals | prefers chosen | preference "
              "accuracy | reward margin | trained parameters | optimizer state | reference copy | "
              "peak resident (MiB) | seconds |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -240,7 +240,7 @@ def table(results: dict[str, dict[str, Any]], total: float) -> str:
         copy = (f"{r['reference_copy_bytes'] / 1024:,.0f} KiB" if "reference_copy_bytes" in r
                 else "-")
         lines.append(
-            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {r['plain_style']:.3f} | "
+            f"| {name} | {r['step']} | {r['exact_match']:.3f} | {r['capitals_style']:.3f} | "
             f"{r['prefers_chosen']:.3f} | "
             f"{' | '.join(dpo)} | {r['trained_parameters']:,} ({share:.2%}) | "
             f"{r['optimizer_state_bytes'] / 1024:,.0f} KiB | {copy} | {r['peak_mib']:.0f} | "
@@ -250,10 +250,10 @@ def table(results: dict[str, dict[str, Any]], total: float) -> str:
     full, lora = (results[k]["exact_match"] - base for k in ("full SFT", "LoRA SFT"))
     if full > 0:
         lines.append(f"LoRA SFT reaches {lora / full:.1%} of full SFT's gain in exact match.")
-    lines.append(f"Exact match: answers right in either style; plain style: the share of the "
+    lines.append(f"Exact match: answers right in either style; all capitals: the share of the "
                  f"{HELD_OUT} answers in the preferred style. Prefers chosen: the fraction of "
-                 f"the held-out pairs whose plain answer the model finds likelier than the "
-                 f"spaced one. Preference accuracy "
+                 f"the held-out pairs whose all-capitals answer the model finds likelier than "
+                 f"the one with a capital first. Preference accuracy "
                  f"(DPO's own metric) and reward margin (its mean, beta {BETA}): how the "
                  f"log-probability DPO moved the chosen answer from its reference's compares "
                  f"with the rejected one's. Reference copy: the DPO job's frozen copy of the "
@@ -288,8 +288,8 @@ def main() -> None:
             print(f"{name}: exact match {results[name]['exact_match']:.3f}, "
                   f"{trained['seconds']:.0f} s", flush=True)
     total = time.perf_counter() - started
-    settings = {"task": f"upper WORD -> WORD in capitals, plain or spaced, {LETTERS} random "
-                        f"lowercase letters; pairs prefer the plain style",
+    settings = {"task": f"upper WORD -> WORD in capitals, all or the first, {LETTERS} random "
+                        f"lowercase letters; pairs prefer all capitals",
                 "task_seed": SEED, **task, "experiment": "QuickStartLm",
                 "pax_seeds": "the experiment's own: task.train.random_seed 1234, inputs 1234 "
                              "(training) and 4321 (held out)",
