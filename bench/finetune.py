@@ -28,8 +28,8 @@ from. The measurements run in a child too, on each job's latest checkpoint
 (``pax_core.restore_latest``): exact match by greedy decoding of every held-out prompt at once
 (the answer is the text after the prompt up to eos or a newline, right in either style; the
 first prompts are decoded again with ``pax_lm.decoding.generate``, which ``pax decode`` runs,
-and must agree), and the share of the answers in the preferred style (all capitals); for every job the
-fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
+and must agree), and the share of the answers in the preferred style (all capitals); for
+every job the fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
 held-out preference accuracy and reward margin as DPO's metrics define them (against the job's
 own reference); the trained parameters, the bytes of the checkpoint's optimizer state and of
 the reference's frozen copy.
