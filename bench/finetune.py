@@ -2,14 +2,16 @@
 full supervised fine-tuning (SFT), SFT of low-rank adapters (LoRA), and DPO, each measured on
 prompts that no training saw.
 
-The task: write five random lowercase letters in capitals (``upper qugrd``). A seeded draw
-gives 200 held-out words and 8,000 others to train on. The conversations answer in one of two
-styles, drawn half and half: all capitals (``QUGRD``) or a capital first (``Qugrd``), of the
-same length; an answer is right in either. The preference pairs answer the same prompts, chosen
-all capitals and rejected a capital first: SFT teaches the task and leaves the style to chance,
-and DPO has to teach the preference, which SFT did not. The base model has never seen the
-format; the task needs the letters copied from the prompt and mapped to their capitals, which a
-1.8M-weight byte-level model learns in a few hundred steps.
+The task: write five random lowercase letters in capitals (``upper qugrd`` -> ``QUGRD``). A
+seeded draw gives 200 held-out words and 8,000 others to train on. The base model has never seen
+the format; the task needs the letters copied from the prompt and mapped to their capitals,
+which a 1.8M-weight byte-level model learns in a few hundred steps.
+
+A second set of conversations answers the same prompts in one of two styles, drawn half and
+half: all capitals (``QUGRD``) or a capital first (``Qugrd``), of one length, an answer right in
+either. The preference pairs answer the same prompts, chosen all capitals and rejected a capital
+first: supervised fine-tuning on both styles teaches the task and leaves the style to chance,
+and DPO has to teach the preference.
 
 Each model is a fresh ``pax train`` process, as a user runs it:
 
@@ -17,10 +19,11 @@ Each model is a fresh ``pax train`` process, as a user runs it:
 2. full SFT: ``--init-from`` the base job with ``SFT_DATA`` (every weight trains, Adam starts
    afresh);
 3. LoRA SFT: the same with ``LORA_RANK`` adapters on the attention projections, the base frozen;
-4. full DPO: ``--init-from`` the full SFT job with ``DPO_DATA``: every weight trains, against a
-   frozen copy of the SFT model;
-5. LoRA DPO: ``--init-from`` the LoRA SFT job with ``DPO_DATA``: its adapters continue, and the
-   reference holds a copy of them as they start, so it is the LoRA SFT model.
+4. SFT on both styles: as full SFT, on the conversations of both styles;
+5. full DPO: ``--init-from`` that job with ``DPO_DATA``: every weight trains, against a frozen
+   copy of the model it starts from;
+6. LoRA DPO: ``--init-from`` that job with ``DPO_DATA`` and fresh adapters: the reference holds
+   a copy of them as they start, so it is the same model, without a copy of its weights.
 
 A training process's peak resident memory is its own rusage (``wait4``); this process never
 imports JAX, since a child's high-water mark starts from the size of the process it was forked
@@ -76,13 +79,15 @@ def schedule(steps: int, learning_rate: float, warmup: int = 30) -> list[str]:
 def runs(data: Path) -> dict[str, tuple[str | None, list[str]]]:
     """Each model: the job it starts from (``--init-from``) and its ``--set`` items."""
     sft = [f"SFT_DATA={data / 'train_sft.jsonl'}"]
+    styles = [f"SFT_DATA={data / 'train_styles.jsonl'}"]
     dpo = [f"DPO_DATA={data / 'train_dpo.jsonl'}", f"DPO_BETA={BETA}", "MAX_SEQ_LEN=48"]
     return {
         "base": (None, ["NUM_TRAIN_STEPS=300", "LR_COS_DECAY_END=300"]),
         "full SFT": ("base", [*sft, *schedule(300, 3e-3)]),
         "LoRA SFT": ("base", [*sft, *LORA, *schedule(1000, 1e-3)]),
-        "full DPO": ("full SFT", [*dpo, *schedule(200, 2e-5, warmup=10)]),
-        "LoRA DPO": ("LoRA SFT", [*dpo, *LORA, *schedule(200, 1e-4, warmup=10)]),
+        "SFT on both styles": ("base", [*styles, *schedule(300, 3e-3)]),
+        "full DPO": ("SFT on both styles", [*dpo, *schedule(200, 2e-5, warmup=10)]),
+        "LoRA DPO": ("SFT on both styles", [*dpo, *LORA, *schedule(200, 5e-5, warmup=10)]),
     }
 
 
@@ -94,12 +99,14 @@ def write_task(data: Path) -> dict[str, int]:
         words["".join(rng.choices(string.ascii_lowercase, k=LETTERS))] = None
     drawn = list(words)
     for split, chosen in (("heldout", drawn[:HELD_OUT]), ("train", drawn[HELD_OUT:])):
-        sft, dpo = [], []
+        sft, styles, dpo = [], [], []
         for word in chosen:
             prompt, capitals, first = f"upper {word}", word.upper(), word.capitalize()
-            sft.append({"prompt": prompt, "response": rng.choice((capitals, first))})
+            sft.append({"prompt": prompt, "response": capitals})
+            styles.append({"prompt": prompt, "response": rng.choice((capitals, first))})
             dpo.append({"prompt": prompt, "chosen": capitals, "rejected": first})
-        for name, lines in ((f"{split}_sft", sft), (f"{split}_dpo", dpo)):
+        for name, lines in ((f"{split}_sft", sft), (f"{split}_styles", styles),
+                            (f"{split}_dpo", dpo)):
             (data / f"{name}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     return {"held_out": HELD_OUT, "training": TRAINING}
 
@@ -288,8 +295,8 @@ def main() -> None:
             print(f"{name}: exact match {results[name]['exact_match']:.3f}, "
                   f"{trained['seconds']:.0f} s", flush=True)
     total = time.perf_counter() - started
-    settings = {"task": f"upper WORD -> WORD in capitals, all or the first, {LETTERS} random "
-                        f"lowercase letters; pairs prefer all capitals",
+    settings = {"task": f"upper WORD -> WORD in capitals, {LETTERS} random lowercase letters; "
+                        f"the styles set: all capitals or the first; pairs prefer all capitals",
                 "task_seed": SEED, **task, "experiment": "QuickStartLm",
                 "pax_seeds": "the experiment's own: task.train.random_seed 1234, inputs 1234 "
                              "(training) and 4321 (held out)",
