@@ -142,7 +142,7 @@ def measure(job: str, data: Path) -> dict[str, Any]:
 
     from pax_core import restore_latest
     from pax_core.plugins.host import PluginHost
-    from pax_lm.decoding import SamplingSettings, choose, generate
+    from pax_lm.decoding import SamplingSettings, generate
     from pax_lm.dpo.model import DpoLanguageModel
     from pax_lm.dpo.pairs import read_pairs
     from pax_lm.sft.templates import chat_template
@@ -173,10 +173,10 @@ def measure(job: str, data: Path) -> dict[str, Any]:
     at = np.arange(len(prompts))
     for k in range(NEW_TOKENS):
         logits = forward({"params": params}, ids)[at, lengths - 1 + k]
-        ids[at, lengths + k] = np.asarray(choose(logits, None, SamplingSettings()))
+        ids[at, lengths + k] = np.argmax(np.asarray(logits), axis=-1)
     answers = [answer(list(row[n:])) for row, n in zip(ids, lengths, strict=True)]
     checked = [answer(generate(decoder, {"params": params}, [int(t) for t in p],
-                               SamplingSettings(max_decode_steps=NEW_TOKENS),
+                               SamplingSettings(max_tokens=NEW_TOKENS),
                                eos_id=tokenizer.eos_id)) for p in prompts[:CHECKED]]
     if checked != answers[:CHECKED]:
         raise SystemExit(f"{job}: batched greedy decoding {answers[:CHECKED]} differs from "

@@ -19,7 +19,7 @@ import pytest
 
 from pax_core import UsageError
 from pax_core.testing import isolated_host, train
-from pax_lm.decoding import SamplingSettings, _filter_logits, generate
+from pax_lm.decoding import SamplingSettings, filter_logits, generate
 from pax_lm.experiments.quickstart import TinyLmForTests
 
 PAX = Path(sys.executable).with_name("pax")
@@ -73,7 +73,7 @@ def _decoder_and_params(seed: int = 0):
 def test_cached_greedy_decoding_equals_argmax_over_full_passes():
     decoder, params = _decoder_and_params()
     prompt = [1, 40, 50, 60]
-    tokens = generate(decoder, {"params": params}, prompt, SamplingSettings(max_decode_steps=10))
+    tokens = generate(decoder, {"params": params}, prompt, SamplingSettings(max_tokens=10))
     # The decoder is causal, so one full pass over the result gives every prefix's logits.
     logits = decoder.apply({"params": params}, jnp.asarray([prompt + tokens]))
     greedy = jnp.argmax(logits[0, len(prompt) - 1:-1], axis=-1).tolist()
@@ -83,7 +83,7 @@ def test_cached_greedy_decoding_equals_argmax_over_full_passes():
 
 def test_sampling_is_seeded_and_stays_in_top_k():
     decoder, params = _decoder_and_params(1)
-    settings = SamplingSettings(max_decode_steps=8, temperature=1.0, top_k=3, seed=7)
+    settings = SamplingSettings(max_tokens=8, temperature=1.0, top_k=3, seed=7)
     first = generate(decoder, {"params": params}, [1, 70], settings)
     assert first == generate(decoder, {"params": params}, [1, 70], settings)
     assert len(first) == 8
@@ -95,9 +95,9 @@ def _kept(filtered) -> list[bool]:
 
 def test_top_k_and_top_p_keep_the_likeliest_tokens():
     logits = jnp.log(jnp.asarray([[0.5, 0.3, 0.15, 0.05]]))
-    assert _kept(_filter_logits(logits, top_k=2, top_p=1.0)) == [True, True, False, False]
-    assert _kept(_filter_logits(logits, top_k=0, top_p=0.7)) == [True, True, False, False]
-    assert _kept(_filter_logits(logits, top_k=0, top_p=0.85)) == [True, True, True, False]
+    assert _kept(filter_logits(logits, top_k=2, top_p=1.0)) == [True, True, False, False]
+    assert _kept(filter_logits(logits, top_k=0, top_p=0.7)) == [True, True, False, False]
+    assert _kept(filter_logits(logits, top_k=0, top_p=0.85)) == [True, True, True, False]
 
 
 def test_prompt_longer_than_the_model_is_refused():

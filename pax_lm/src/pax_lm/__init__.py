@@ -18,10 +18,18 @@ _EXPORTS = {
     "TextInput": "pax_lm.inputs.text",
     "TokensInput": "pax_lm.inputs.tokens",
     "ChatInput": "pax_lm.sft.chat_input",
+    "PreparedChatInput": "pax_lm.sft.prepared",
     "SftDataset": "pax_lm.sft.dataset",
     "PreferenceInput": "pax_lm.dpo.preference_input",
     "DpoLanguageModel": "pax_lm.dpo.model",
     "DpoDataset": "pax_lm.dpo.dataset",
+    "SamplingSettings": "pax_lm.decoding",
+    "Engine": "pax_lm.inference.engine",
+    "Batcher": "pax_lm.inference.batching",
+    "Request": "pax_lm.inference.batching",
+    "Completion": "pax_lm.inference.batching",
+    "Scorer": "pax_lm.scoring",
+    "Score": "pax_lm.scoring",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = public_face(__name__, _EXPORTS)

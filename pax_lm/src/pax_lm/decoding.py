@@ -1,109 +1,129 @@
-"""Sampling text from a trained decoder with its KV cache.
+"""What a decoding request asks for, and how the next token is drawn from the logits.
 
-The prompt is fed in one call (prefill), then one token per step; each step is one jitted call
-that returns the next token, so the host only sees token ids. Greedy when ``temperature`` is 0;
-otherwise temperature, then top-k, then top-p (nucleus) filtering.
+``SamplingSettings`` is one request's: how many tokens at most, greedy or sampled (temperature,
+then top-k, then top-p filtering), its seed, and what stops it (token ids, strings). The
+functions below draw the next token for a whole batch at once with every row's settings its
+own, so that rows of different requests share one compiled step (``pax_lm.inference``); each
+row's random key comes from its own seed and the position of the token it draws, never from
+the batch, so a request draws the same tokens whatever else is decoded beside it.
+
+``generate`` continues one prompt through the engine, for a caller with a single prompt.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from functools import partial
+import numbers
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from pax_core import UsageError
+
+SEED_LIMIT = 2**32  # a seed is a uint32: JAX's key of it
 
 
 @dataclasses.dataclass(frozen=True)
 class SamplingSettings:
-    max_decode_steps: int = 128
+    """One request's decoding settings: at most ``max_tokens`` new tokens; greedy when
+    ``temperature`` is 0, else drawn from the logits over ``temperature`` kept to the ``top_k``
+    likeliest tokens (0: all) and to the smallest set holding ``top_p`` of the probability;
+    ``seed`` (0 <= seed < 2**32) makes the draw repeatable. Decoding stops at a token of
+    ``stop_ids`` (not returned) or once the text holds a string of ``stop`` (the text is cut
+    before it). Bad values are a ``UsageError`` naming the field: they come from users (the
+    command line, a prompts file, a request)."""
+
+    max_tokens: int = 128
     temperature: float = 0.0
     top_k: int = 0
     top_p: float = 1.0
     seed: int = 0
+    stop: tuple[str, ...] = ()
+    stop_ids: tuple[int, ...] = ()
 
-    def __post_init__(self):
-        if self.max_decode_steps < 1:
-            raise UsageError(f"--max-decode-steps must be >= 1, got {self.max_decode_steps}")
+    def __post_init__(self) -> None:
+        for name in ("max_tokens", "top_k", "seed"):
+            _require(name, getattr(self, name), _is_int, "a whole number")
+        for name in ("temperature", "top_p"):
+            _require(name, getattr(self, name), _is_number, "a number")
+        if self.max_tokens < 1:
+            raise UsageError(f"max_tokens must be >= 1, got {self.max_tokens}")
         if self.temperature < 0:
-            raise UsageError(f"--temperature must be >= 0, got {self.temperature}")
+            raise UsageError(f"temperature must be >= 0 (0: greedy), got {self.temperature}")
         if self.top_k < 0:
-            raise UsageError(f"--top-k must be >= 0, got {self.top_k}")
+            raise UsageError(f"top_k must be >= 0 (0: every token), got {self.top_k}")
         if not 0 < self.top_p <= 1:
-            raise UsageError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise UsageError(f"top_p must be in (0, 1], got {self.top_p}")
+        if not 0 <= self.seed < SEED_LIMIT:
+            raise UsageError(f"seed must be in [0, 2**32), got {self.seed}")
+        if not isinstance(self.stop, tuple) or not all(
+                isinstance(s, str) and s for s in self.stop):
+            raise UsageError(f"stop must be a list of non-empty strings, got {list(self.stop)!r}")
+        if not isinstance(self.stop_ids, tuple) or not all(map(_is_int, self.stop_ids)):
+            raise UsageError(f"stop_ids must be token ids, got {list(self.stop_ids)!r}")
 
 
-def _filter_logits(logits: jax.Array, top_k: int, top_p: float) -> jax.Array:
-    """Mask out tokens outside the top-k and outside the smallest set holding top_p mass."""
-    if top_k > 0:
-        kth = jax.lax.top_k(logits, top_k)[0][..., -1:]
-        logits = jnp.where(logits < kth, -jnp.inf, logits)
-    if top_p < 1.0:
-        sorted_logits = jnp.sort(logits, axis=-1)[..., ::-1]
-        cumulative = jnp.cumsum(jax.nn.softmax(sorted_logits, axis=-1), axis=-1)
-        # The cut-off is the smallest logit whose preceding mass is still below top_p.
-        keep = (cumulative - jax.nn.softmax(sorted_logits, axis=-1)) < top_p
-        cutoff = jnp.min(jnp.where(keep, sorted_logits, jnp.inf), axis=-1, keepdims=True)
-        logits = jnp.where(logits < cutoff, -jnp.inf, logits)
-    return logits
+def _is_int(value: object) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def choose(logits: jax.Array, key: jax.Array, settings: SamplingSettings) -> jax.Array:
-    """The next token from the last position's logits ``[B, V]``."""
-    if settings.temperature == 0:
-        return jnp.argmax(logits, axis=-1).astype(jnp.int32)
-    logits = _filter_logits(logits / settings.temperature, settings.top_k, settings.top_p)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+def _is_number(value: object) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def generate(decoder: Any, variables: dict[str, Any], prompt: list[int],
+def _require(name: str, value: object, check: Any, kind: str) -> None:
+    if not check(value):
+        raise UsageError(f"{name} must be {kind}, got {value!r}")
+
+
+def filter_logits(logits: jax.Array, top_k: jax.Array | int, top_p: jax.Array | float
+                  ) -> jax.Array:
+    """``logits`` [B, V] with every token outside a row's ``top_k`` likeliest (0: none
+    outside) or outside the smallest set holding its ``top_p`` of the probability set to -inf;
+    ``top_k`` and ``top_p`` are one for every row or one a row ([B]). Ties with the last token
+    kept are kept too."""
+    rows, vocab = logits.shape
+    top_k = jnp.broadcast_to(jnp.asarray(top_k, jnp.int32), (rows,))[:, None]
+    top_p = jnp.broadcast_to(jnp.asarray(top_p, jnp.float32), (rows,))[:, None]
+    ranked = jnp.sort(logits, axis=-1)[:, ::-1]
+    kth = jnp.take_along_axis(ranked, jnp.clip(top_k - 1, 0, vocab - 1), axis=-1)
+    kth = jnp.where(top_k > 0, kth, -jnp.inf)
+    ranked = jnp.where(ranked < kth, -jnp.inf, ranked)  # still sorted: top-k's survivors
+    probs = jax.nn.softmax(ranked, axis=-1)
+    # A token is in the nucleus while the mass before it is below top_p.
+    before = jnp.cumsum(probs, axis=-1) - probs
+    cutoff = jnp.min(jnp.where(before < top_p, ranked, jnp.inf), axis=-1, keepdims=True)
+    cutoff = jnp.where(top_p < 1, cutoff, -jnp.inf)
+    return jnp.where(logits < jnp.maximum(kth, cutoff), -jnp.inf, logits)
+
+
+def row_keys(seeds: jax.Array, positions: jax.Array) -> jax.Array:
+    """One key a row ([B] of uint32 seeds, [B] positions -> [B, 2]): the row's seed folded
+    with the position of the token it draws, so a row's draws depend on nothing else."""
+    return jax.vmap(lambda s, p: jax.random.fold_in(jax.random.PRNGKey(s), p))(seeds, positions)
+
+
+def sample(logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_k: jax.Array,
+           top_p: jax.Array) -> jax.Array:
+    """The next token of each row ([B] int32) from its logits [B, V], with its own key [B, 2],
+    temperature, top_k and top_p ([B] each): argmax where the temperature is 0."""
+    greedy = jnp.argmax(logits, axis=-1)
+    scale = jnp.where(temperature > 0, temperature, 1.0)[:, None]
+    filtered = filter_logits(logits / scale, top_k, top_p)
+    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
+    return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+
+
+def generate(decoder: Any, variables: dict[str, Any], prompt: Sequence[int],
              settings: SamplingSettings, eos_id: int | None = None) -> list[int]:
-    """Tokens that follow ``prompt`` (the prompt itself not included).
+    """Tokens that follow ``prompt`` (the prompt and ``eos_id`` not included): one request
+    through an engine of one slot (``pax_lm.inference``). ``variables`` are the decoder's:
+    ``params``, and any other collection it reads (an FP8 model's scales)."""
+    from pax_lm.inference import Batcher, Engine, Request
 
-    ``variables`` are the decoder's: ``params``, and any other collection it reads (an FP8
-    model's scales).
-
-    Stops at ``eos_id``, after ``max_decode_steps`` tokens, or when the decoder's
-    ``max_seq_len`` is reached, whichever comes first.
-    """
-    max_len = decoder.max_seq_len
-    if not prompt:
-        raise UsageError("the prompt is empty")
-    if len(prompt) >= max_len:
-        raise UsageError(f"the prompt is {len(prompt)} tokens long; this model's maximum length "
-                         f"is {max_len}, so the prompt must be at most {max_len - 1} tokens")
-    steps = min(settings.max_decode_steps, max_len - len(prompt))
-    cache = _empty_cache(decoder, max_len)
-
-    @partial(jax.jit, donate_argnums=1)
-    def step(ids, cache, positions, key):
-        logits, updated = decoder.apply({**variables, "cache": cache}, ids,
-                                        positions=positions, decode=True, mutable=["cache"])
-        return choose(logits[:, -1], key, settings), updated["cache"]
-
-    keys = jax.random.split(jax.random.PRNGKey(settings.seed), steps)
-    ids = jnp.asarray([prompt], jnp.int32)
-    positions = jnp.arange(len(prompt), dtype=jnp.int32)[None]
-    out: list[int] = []
-    for i in range(steps):
-        token, cache = step(ids, cache, positions, keys[i])
-        value = int(token[0])
-        if value == eos_id:
-            break
-        out.append(value)
-        ids = token[:, None]
-        positions = jnp.full((1, 1), len(prompt) + i, jnp.int32)
-    return out
-
-
-def _empty_cache(decoder: Any, max_len: int) -> Any:
-    """A zeroed KV cache of the decoder's shape, without initialising any parameters."""
-    shapes = jax.eval_shape(
-        lambda: decoder.init(jax.random.PRNGKey(0), jnp.zeros((1, max_len), jnp.int32),
-                             decode=True)
-    )
-    return jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), shapes["cache"])
+    if eos_id is not None:
+        settings = dataclasses.replace(settings, stop_ids=(*settings.stop_ids, eos_id))
+    [done] = Batcher(Engine(decoder, variables, slots=1)).run([Request(prompt, settings)])
+    return done.tokens

@@ -24,8 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pax_core import UsageError
-
-SMALLEST_BUCKET = 16
+from pax_lm.inference.engine import prefill_buckets
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,12 +51,9 @@ def encode_pair(tokenizer: Any, context: str, continuation: str) -> tuple[list[i
 
 
 def bucket(length: int, max_len: int) -> int:
-    """The padded length of a row of ``length`` inputs: the next power of two, at least
-    ``SMALLEST_BUCKET``, at most ``max_len``."""
-    size = SMALLEST_BUCKET
-    while size < length:
-        size *= 2
-    return min(size, max_len)
+    """The padded length of a row of ``length`` inputs: the smallest of the decoding engine's
+    prefill buckets (powers of two, then ``max_len``) that holds it."""
+    return next(b for b in prefill_buckets(max_len) if b >= min(length, max_len))
 
 
 class Scorer:

@@ -45,9 +45,18 @@ block (2, or 1 with ``shared_norm``; 2 more with ``post_norms``), one layer hold
 Every norm scale multiplies as ``norm_scale_offset + scale`` and starts at
 ``1 - norm_scale_offset`` (0 for Gemma's offset 1.0), so a fresh model's norms multiply by one.
 
-The ``cache`` collection (``decode=True``) holds ``index`` (int32 scalar: how many positions are
-cached) and, per layer, ``attention/cached_key`` and ``attention/cached_value`` of
-[B, max_seq_len, K, H] in the compute dtype (stacked on a leading layers axis when scanned).
+The ``cache`` collection (``decode=True``) holds ``index`` (int32 [B]: how many positions each
+row has cached, which is where its next token goes) and, per layer, ``attention/cached_key`` and
+``attention/cached_value`` of [B, max_seq_len, K, H] in the compute dtype (stacked on a leading
+layers axis when scanned). Every row keeps its own index so that rows of different lengths
+share one batch (a pool of decoding slots that requests join and leave): a call writes each
+row's chunk at that row's index, masks its queries from there, places it at positions
+``index + arange(L)`` unless ``positions`` are given, and advances every row's index by the
+chunk's length. A batch whose rows all hold the same index decodes as one shared position
+would. A caller that moves a row in (a prompt prefilled on its own) copies that row of every
+cache entry, its index included, and may set the index back to the prompt's true length after
+prefilling a right-padded chunk: slots at and past the index are masked from the row's queries
+until its next tokens overwrite them.
 
 With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer and projection
 (``attention/{query,key,value,out}/fp8``, ``ffn/{wi,wi_gate,wo}/fp8``), the float32 scales
@@ -311,14 +320,15 @@ class TransformerLm(nn.Module):
 
         segment_ids [B, L]: packed sequences; a token attends only to earlier tokens of its own
         segment. positions [B, L]: each token's position within its segment, used by rotary,
-        sinusoidal and learned positions; defaults to arange(L), or when decoding to the cache
-        index plus arange(L).
+        sinusoidal and learned positions; defaults to arange(L), or when decoding to each row's
+        cache index plus arange(L).
 
         decode=True: autoregressive decoding with a KV cache in the "cache" collection. Create
         it with ``model.init(rng, ids, decode=True)`` (``ids`` gives the batch size; the cache
         holds max_seq_len positions and starts empty), then feed a prompt chunk of any length,
         then single tokens: ``model.apply({"params": p, "cache": c}, chunk, decode=True,
-        mutable=["cache"])``. Each call attends to every cached position up to its own.
+        mutable=["cache"])``. Each call attends to every cached position up to its own; each
+        row decodes from its own cache index (the module docstring's ``cache``).
         """
         length = ids.shape[1]
         if decode and segment_ids is not None:
@@ -342,12 +352,12 @@ class TransformerLm(nn.Module):
 
         decode_start = None
         if decode:
-            index = self.variable("cache", "index", lambda: jnp.zeros((), jnp.int32))
+            index = self.variable("cache", "index", lambda: jnp.zeros(ids.shape[:1], jnp.int32))
             decode_start = index.value
             if not self.is_initializing():
                 index.value = decode_start + length
         if positions is None:
-            start = 0 if decode_start is None else decode_start
+            start = 0 if decode_start is None else decode_start[:, None]
             positions = jnp.broadcast_to(start + jnp.arange(length), ids.shape)
         if self.position in ("sinusoidal", "sinusoidal_rotary"):
             x = x + sinusoidal(positions, self.model_dims, config.dtype)

@@ -7,9 +7,10 @@ pax-gpu). That has no logit cap and always scales the logits by 1/sqrt(dim_per_h
 ``query_scale`` of its own (Gemma 2's ``query_pre_attn_scalar ** -0.5``) an explicit einsum path
 computes the same thing with the same mask and a float32 softmax.
 
-Masking is by slot: query slot i (offset by the cache index when decoding) sees key slots
-j <= i (every slot with ``causal=False``, an encoder's attention), and with ``segment_ids`` only
-keys of its own segment. A token always sees itself, so no row is ever fully masked. With a
+Masking is by slot: query slot i (offset by the cache index when decoding, each row by its
+own when rows at different positions share a batch) sees key slots j <= i (every slot with
+``causal=False``, an encoder's attention), and with ``segment_ids`` only keys of its own
+segment. A token always sees itself, so no row is ever fully masked. With a
 ``sliding_window`` w a sliding layer's query sees only key slots j > i - w (the last w
 positions, itself included); with ``global_every`` n, every n-th layer (``layer`` index i with
 (i + 1) % n == 0) attends to every earlier position instead. The layer index is a Python int in
@@ -50,20 +51,28 @@ SOFTPLUS_0_INVERSE = 1.442695041  # 1 / softplus(0) = 1 / ln 2, as praxis writes
 Sliding = bool | jax.Array
 
 
+def _query_slots(query_length: int, offset: jax.Array | int) -> jax.Array:
+    """[1 or B, T, 1]: the cache slot of each query, ``offset + i``; ``offset`` is one start
+    for every row (a scalar) or each row's own ([B], rows decoding at different positions)."""
+    starts = jnp.reshape(jnp.asarray(offset, jnp.int32), (-1, 1, 1))
+    return starts + jnp.arange(query_length, dtype=jnp.int32)[None, :, None]
+
+
 def causal_mask(query_length: int, key_length: int, offset: jax.Array | int = 0) -> jax.Array:
-    """[1, 1, T, S] booleans: query i (at slot ``offset + i``) may see key slot j <= that slot."""
-    query_slots = offset + jnp.arange(query_length)[:, None]
-    return (jnp.arange(key_length)[None, :] <= query_slots)[None, None]
+    """[1, 1, T, S] booleans ([B, 1, T, S] for a per-row ``offset`` [B]): query i (at slot
+    ``offset + i``) may see key slot j <= that slot."""
+    keys = jnp.arange(key_length, dtype=jnp.int32)[None, None, :]
+    return (keys <= _query_slots(query_length, offset))[:, None]
 
 
 def window_mask(
     query_length: int, key_length: int, window: int, offset: jax.Array | int = 0
 ) -> jax.Array:
-    """[1, 1, T, S] booleans: key slot j lies in the ``window`` slots up to query i's slot
-    (``offset + i``), itself included: j > slot - window. Later slots pass (the causal mask
-    takes them)."""
-    query_slots = offset + jnp.arange(query_length)[:, None]
-    return (jnp.arange(key_length)[None, :] > query_slots - window)[None, None]
+    """[1, 1, T, S] booleans ([B, 1, T, S] for a per-row ``offset`` [B]): key slot j lies in
+    the ``window`` slots up to query i's slot (``offset + i``), itself included:
+    j > slot - window. Later slots pass (the causal mask takes them)."""
+    keys = jnp.arange(key_length, dtype=jnp.int32)[None, None, :]
+    return (keys > _query_slots(query_length, offset) - window)[:, None]
 
 
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
@@ -139,9 +148,11 @@ class Attention(nn.Module):
     ``decode=True`` keeps the keys and values of every position seen so far in the ``cache``
     collection as ``cached_key`` and ``cached_value`` ([B, max_seq_len, kv_heads, dim_per_head]
     each; a sliding window is the mask's business, the cache still holds every position); the
-    caller passes the cache index of the first token of the chunk as ``decode_start``. Writing
-    past ``max_seq_len`` is not detected inside jit (the update clamps), so callers keep
-    within it.
+    caller passes the cache slot of the chunk's first token as ``decode_start``: an int32
+    scalar when every row is at the same place, or one per row ([B]) when rows of different
+    lengths share the batch (each row's keys and values are written at its own slot and its
+    queries masked from there). Writing past ``max_seq_len`` is not detected inside jit (the
+    update clamps), so callers keep within it.
     """
 
     num_heads: int
@@ -308,7 +319,8 @@ class Attention(nn.Module):
     def _update_cache(
         self, key: jax.Array, value: jax.Array, start: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
-        """Write this chunk's keys/values at ``start``; return the whole cache to attend to.
+        """Write this chunk's keys/values at ``start`` (a scalar, or each row's own [B]);
+        return the whole cache to attend to.
 
         During ``init`` nothing is stored, so the cache a caller gets back is all zeros.
         """
@@ -317,8 +329,13 @@ class Attention(nn.Module):
             self.variable("cache", name, jnp.zeros, shape, self.dtype)
             for name in ("cached_key", "cached_value")
         ]
+        starts = jnp.broadcast_to(jnp.asarray(start, jnp.int32), (key.shape[0],))
+
+        def write(row: jax.Array, new: jax.Array, at: jax.Array) -> jax.Array:
+            return jax.lax.dynamic_update_slice(row, new, (at, 0, 0))
+
         updated = [
-            jax.lax.dynamic_update_slice(var.value, new.astype(self.dtype), (0, start, 0, 0))
+            jax.vmap(write)(var.value, new.astype(self.dtype), starts)
             for var, new in zip(cached, (key, value), strict=True)
         ]
         if not self.is_initializing():

@@ -1,0 +1,17 @@
+"""Decoding many requests at once: an engine of KV-cache slots and continuous batching over it.
+
+``Engine`` (``engine.py``) holds a fixed pool of decoding rows on the device: ``prefill`` runs
+a prompt on its own (padded to a bucket length, so each bucket compiles once) and draws its
+first token, ``insert`` puts it into a free slot, ``generate`` advances every slot one token in
+one compiled program (each row at its own position, with its own sampling settings and seed),
+``free`` gives a slot back. ``Batcher`` (``batching.py``) drives it from the host: requests
+queue, join the batch as slots free up, end at a stop token, a stop string, ``max_tokens`` or
+the model's maximum length, and leave. ``pax decode --prompts`` streams a file of prompts
+through it; a server adds requests as they arrive and reads completions as they end.
+"""
+
+from pax_lm.inference.batching import Batcher, Completion, FinishReason, Request
+from pax_lm.inference.engine import Engine, Prefilled, prefill_buckets
+
+__all__ = ["Batcher", "Completion", "Engine", "FinishReason", "Prefilled", "Request",
+           "prefill_buckets"]

@@ -1,0 +1,135 @@
+"""Continuous batching on the host: requests wait for a slot, join the running batch when one
+frees up, and leave it when they end, the other slots decoding on meanwhile.
+
+The host checks each new token against the request's stop token ids, its stop strings (on the
+detokenized text: a string may span tokens), its ``max_tokens`` and the model's maximum
+length; the finish reason says which ended it: ``stop`` (a stop token or string) or ``length``
+(``max_tokens``, or the model's maximum length reached).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Literal
+
+from pax_lm.decoding import SamplingSettings
+from pax_lm.inference.engine import Engine
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """A prompt's token ids and the settings to continue it with."""
+
+    prompt: Sequence[int]
+    settings: SamplingSettings = dataclasses.field(default_factory=SamplingSettings)
+
+
+@dataclasses.dataclass(frozen=True)
+class Completion:
+    """What a request got: ``tokens``, the ids drawn (a stop token id not included; the ones
+    that spelled a stop string are); ``text``, their text cut before the first stop string
+    ("" without a detokenizer); ``finish_reason``: ``stop`` or ``length``."""
+
+    request_id: int
+    tokens: list[int]
+    text: str
+    finish_reason: FinishReason
+
+
+@dataclasses.dataclass
+class _Active:
+    request_id: int
+    request: Request
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    slot: int | None = None
+
+
+class Batcher:
+    """Runs requests through ``engine``'s slots; ``detokenize`` (token ids -> text) gives the
+    completions' text, which stop strings need.
+
+    ``submit`` queues a request; each ``step`` moves waiting requests into free slots
+    (prefilling each), advances every slot by one token and returns the requests that ended.
+    ``run`` does that for a list of requests, yielding their completions in order.
+    """
+
+    def __init__(self, engine: Engine,
+                 detokenize: Callable[[Sequence[int]], str] | None = None) -> None:
+        self.engine, self.detokenize = engine, detokenize
+        self._ids = itertools.count()
+        self._waiting: deque[_Active] = deque()
+        self._running: dict[int, _Active] = {}  # by slot
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request is waiting or decoding."""
+        return bool(self._waiting or self._running)
+
+    def submit(self, request: Request) -> int:
+        """Queue ``request`` (refused now if its prompt does not fit); its id."""
+        self.engine.check_prompt(request.prompt)
+        if request.settings.stop and self.detokenize is None:
+            raise ValueError("stop strings are matched on the text: give the Batcher a "
+                             "detokenize function")
+        active = _Active(next(self._ids), request)
+        self._waiting.append(active)
+        return active.request_id
+
+    def step(self) -> list[Completion]:
+        """Admit waiting requests into free slots, then advance every slot one token; the
+        requests that ended, in the order they did."""
+        done = []
+        while self._waiting and self.engine.free_slots:
+            active = self._waiting.popleft()
+            prefilled = self.engine.prefill(active.request.prompt, active.request.settings)
+            finished = self._advance(active, prefilled.token)
+            if finished:
+                done.append(finished)
+            else:
+                active.slot = self.engine.insert(prefilled)
+                self._running[active.slot] = active
+        if self._running:
+            tokens = self.engine.generate()
+            for slot, active in list(self._running.items()):
+                finished = self._advance(active, int(tokens[slot]))
+                if finished:
+                    del self._running[slot]
+                    self.engine.free(slot)
+                    done.append(finished)
+        return done
+
+    def run(self, requests: Iterable[Request]) -> Iterator[Completion]:
+        """Every request's completion, in the requests' order, each yielded as soon as it and
+        those before it have ended. Every request is checked before any is decoded. For a
+        batcher that nothing else submits to (a server calls ``submit`` and ``step``)."""
+        ids = [self.submit(r) for r in list(requests)]
+        ended: dict[int, Completion] = {}
+        for request_id in ids:
+            while request_id not in ended:
+                ended.update((c.request_id, c) for c in self.step())
+            yield ended.pop(request_id)
+
+    def _advance(self, active: _Active, token: int) -> Completion | None:
+        """Take a request's new token; its completion if that ended it."""
+        settings = active.request.settings
+        if token in settings.stop_ids:
+            return self._complete(active, "stop")
+        active.tokens.append(token)
+        if settings.stop:
+            text = self.detokenize(active.tokens)
+            found = [i for i in (text.find(s) for s in settings.stop) if i >= 0]
+            if found:
+                return Completion(active.request_id, active.tokens, text[:min(found)], "stop")
+        if (len(active.tokens) >= settings.max_tokens
+                or len(active.request.prompt) + len(active.tokens) >= self.engine.max_seq_len):
+            return self._complete(active, "length")
+        return None
+
+    def _complete(self, active: _Active, reason: FinishReason) -> Completion:
+        text = self.detokenize(active.tokens) if self.detokenize else ""
+        return Completion(active.request_id, active.tokens, text, reason)
