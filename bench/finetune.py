@@ -30,7 +30,7 @@ imports JAX, since a child's high-water mark starts from the size of the process
 from. The measurements run in a child too, on each job's latest checkpoint
 (``pax_core.restore_latest``): exact match by greedy decoding of every held-out prompt at once
 (the answer is the text after the prompt up to eos or a newline, right in either style; the
-first prompts are decoded again with ``pax_lm.decoding.generate``, which ``pax decode`` runs,
+first prompts are decoded again with ``pax_lm.inference.generate``, which ``pax decode`` runs,
 and must agree), and the share of the answers in the preferred style (all capitals); for
 every job the fraction of held-out pairs whose chosen answer is the likelier; for DPO jobs the
 held-out preference accuracy and reward margin as DPO's metrics define them (against the job's
@@ -62,7 +62,7 @@ import report
 SEED = 0
 LETTERS, HELD_OUT, TRAINING = 5, 200, 8000
 NEW_TOKENS = 8  # decoded per prompt: the answer and its eos, with room to overrun
-CHECKED = 8  # held-out prompts decoded again with pax_lm.decoding.generate
+CHECKED = 8  # held-out prompts decoded again with pax_lm.inference.generate
 EXP = ["--plugin", "lm", "--exp", "QuickStartLm"]
 LORA = ["LORA_RANK=4", "LORA_ALPHA=16", "LORA_TARGETS=('query','key','value','output')"]
 BETA = 0.1  # DPO's strength, and the scale of the reward margins reported
@@ -142,9 +142,10 @@ def measure(job: str, data: Path) -> dict[str, Any]:
 
     from pax_core import restore_latest
     from pax_core.plugins.host import PluginHost
-    from pax_lm.decoding import SamplingSettings, generate
+    from pax_lm.decoding import SamplingSettings
     from pax_lm.dpo.model import DpoLanguageModel
     from pax_lm.dpo.pairs import read_pairs
+    from pax_lm.inference import generate
     from pax_lm.sft.templates import chat_template
 
     run, state, step = restore_latest(PluginHost(), exp=None, plugin=None, set_items=[],
@@ -180,7 +181,7 @@ def measure(job: str, data: Path) -> dict[str, Any]:
                                eos_id=tokenizer.eos_id)) for p in prompts[:CHECKED]]
     if checked != answers[:CHECKED]:
         raise SystemExit(f"{job}: batched greedy decoding {answers[:CHECKED]} differs from "
-                         f"pax_lm.decoding.generate's {checked}")
+                         f"pax_lm.inference.generate's {checked}")
 
     width = max(len(t) for t, _ in rows)
     tokens, weights = np.zeros((len(rows), width), np.int32), np.zeros((len(rows), width))

@@ -25,9 +25,9 @@ from report import save
 from train_speed import MODELS, run_pax
 
 from pax_lm.corpus import default_corpus
-from pax_lm.data.prepare import prepare
 from pax_lm.experiments.quickstart import QuickStartLm
 from pax_lm.inputs.tokens import TokensInput
+from pax_lm.preparation import prepare
 from pax_lm.tokenizers import train_sentencepiece
 
 TARGET_MB = 100

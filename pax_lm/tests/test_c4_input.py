@@ -14,8 +14,8 @@ from test_text_input import all_rows
 from pax_core import UsageError, make_tf_example
 from pax_core.testing import read_metrics, run_pax
 from pax_lm.corpus import default_corpus
-from pax_lm.data.prepare import prepare
 from pax_lm.inputs.c4 import C4Input
+from pax_lm.preparation import prepare
 from pax_lm.tokenizers import train_sentencepiece
 
 # Shards of each split, as C4 names them, and the chapters of the default corpus they hold.

@@ -11,8 +11,8 @@ import pytest
 
 from pax_core import UsageError, make_tf_example
 from pax_core.testing import run_pax
-from pax_lm.data.prepare import PROGRESS, prepare
 from pax_lm.data.shards import PreparedDataset
+from pax_lm.preparation import PROGRESS, prepare
 from pax_lm.tokenizers import ByteTokenizer
 
 BYTES = ByteTokenizer()

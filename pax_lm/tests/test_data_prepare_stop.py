@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from pax_core.testing import run_pax
-from pax_lm.data.prepare import PROGRESS, prepare
 from pax_lm.data.shards import PreparedDataset, shard_name
+from pax_lm.preparation import PROGRESS, prepare
 
 PAX = str(Path(sys.executable).with_name("pax"))
 DOCUMENTS = 40_000

@@ -19,8 +19,9 @@ import pytest
 
 from pax_core import UsageError
 from pax_core.testing import isolated_host, train
-from pax_lm.decoding import SamplingSettings, filter_logits, generate
+from pax_lm.decoding import SamplingSettings, filter_logits
 from pax_lm.experiments.quickstart import TinyLmForTests
+from pax_lm.inference import generate
 
 PAX = Path(sys.executable).with_name("pax")
 

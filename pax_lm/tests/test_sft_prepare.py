@@ -29,9 +29,9 @@ from test_sft_data import (
 
 from pax_core import UsageError
 from pax_core.testing import isolated_host, resolve, run_pax
-from pax_lm.data.prepare import prepare
 from pax_lm.data.shards import PreparedDataset
 from pax_lm.inputs.tokens import TokensInput
+from pax_lm.preparation import prepare
 from pax_lm.sft.chat_input import ChatInput
 from pax_lm.sft.prepared import PreparedChatInput
 from pax_lm.tokenizers import ByteTokenizer

@@ -11,9 +11,9 @@ from test_data_prepare import documents
 from test_text_input import all_rows
 
 from pax_core import UsageError
-from pax_lm.data.prepare import prepare
 from pax_lm.data.shards import PreparedDataset
 from pax_lm.inputs.tokens import TokensInput
+from pax_lm.preparation import prepare
 from pax_lm.tokenizers import ByteTokenizer
 
 BYTES = ByteTokenizer()

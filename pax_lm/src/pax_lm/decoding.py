@@ -6,15 +6,12 @@ functions below draw the next token for a whole batch at once with every row's s
 own, so that rows of different requests share one compiled step (``pax_lm.inference``); each
 row's random key comes from its own seed and the position of the token it draws, never from
 the batch, so a request draws the same tokens whatever else is decoded beside it.
-
-``generate`` continues one prompt through the engine, for a caller with a single prompt.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import numbers
-from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -114,16 +111,3 @@ def sample(logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_k: ja
     filtered = filter_logits(logits / scale, top_k, top_p)
     drawn = jax.vmap(jax.random.categorical)(keys, filtered)
     return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
-
-
-def generate(decoder: Any, variables: dict[str, Any], prompt: Sequence[int],
-             settings: SamplingSettings, eos_id: int | None = None) -> list[int]:
-    """Tokens that follow ``prompt`` (the prompt and ``eos_id`` not included): one request
-    through an engine of one slot (``pax_lm.inference``). ``variables`` are the decoder's:
-    ``params``, and any other collection it reads (an FP8 model's scales)."""
-    from pax_lm.inference import Batcher, Engine, Request
-
-    if eos_id is not None:
-        settings = dataclasses.replace(settings, stop_ids=(*settings.stop_ids, eos_id))
-    [done] = Batcher(Engine(decoder, variables, slots=1)).run([Request(prompt, settings)])
-    return done.tokens

@@ -55,7 +55,7 @@ def prepare(
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pax_core import UsageError
-    from pax_lm.data.prepare import prepare as run_prepare
+    from pax_lm.preparation import prepare as run_prepare
 
     if chat and field is not None:
         raise UsageError("--field names the text of text sources; conversations are read in "

@@ -6,12 +6,13 @@ first token, ``insert`` puts it into a free slot, ``generate`` advances every sl
 one compiled program (each row at its own position, with its own sampling settings and seed),
 ``free`` gives a slot back. ``Batcher`` (``batching.py``) drives it from the host: requests
 queue, join the batch as slots free up, end at a stop token, a stop string, ``max_tokens`` or
-the model's maximum length, and leave. ``pax decode --prompts`` streams a file of prompts
-through it; a server adds requests as they arrive and reads completions as they end.
+the model's maximum length, and leave; the function ``generate`` runs one prompt through an
+engine of one slot. ``pax decode --prompts`` streams a file of prompts through it; a server adds
+requests as they arrive and reads completions as they end.
 """
 
-from pax_lm.inference.batching import Batcher, Completion, FinishReason, Request
+from pax_lm.inference.batching import Batcher, Completion, FinishReason, Request, generate
 from pax_lm.inference.engine import Engine, Prefilled, prefill_buckets
 
 __all__ = ["Batcher", "Completion", "Engine", "FinishReason", "Prefilled", "Request",
-           "prefill_buckets"]
+           "generate", "prefill_buckets"]

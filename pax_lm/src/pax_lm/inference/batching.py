@@ -13,7 +13,7 @@ import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 from pax_lm.decoding import SamplingSettings
 from pax_lm.inference.engine import Engine
@@ -133,3 +133,14 @@ class Batcher:
     def _complete(self, active: _Active, reason: FinishReason) -> Completion:
         text = self.detokenize(active.tokens) if self.detokenize else ""
         return Completion(active.request_id, active.tokens, text, reason)
+
+
+def generate(decoder: Any, variables: dict[str, Any], prompt: Sequence[int],
+             settings: SamplingSettings, eos_id: int | None = None) -> list[int]:
+    """Tokens that follow ``prompt`` (the prompt and ``eos_id`` not included): one request
+    through an engine of one slot, for a caller with a single prompt. ``variables`` are the
+    decoder's: ``params``, and any other collection it reads (an FP8 model's scales)."""
+    if eos_id is not None:
+        settings = dataclasses.replace(settings, stop_ids=(*settings.stop_ids, eos_id))
+    [done] = Batcher(Engine(decoder, variables, slots=1)).run([Request(prompt, settings)])
+    return done.tokens
