@@ -15,7 +15,8 @@ import pytest
 from pax_core import UsageError
 from pax_core.testing import isolated_host, run_pax, train
 from pax_lm import Batcher, Engine, Request, SamplingSettings
-from pax_lm.commands.decode import _written_whole, read_prompts
+from pax_lm.commands.decode import read_prompts
+from pax_lm.commands.lm_jobs import written_whole
 from pax_lm.decoding import row_keys, sample
 from pax_transformer import TransformerLm
 
@@ -205,15 +206,15 @@ def test_a_prompts_file_is_checked_line_by_line(tmp_path):
 
 def test_the_output_appears_whole_or_not_at_all(tmp_path):
     output = tmp_path / "out.jsonl"
-    with pytest.raises(KeyboardInterrupt), _written_whole(output, primary=True) as f:
+    with pytest.raises(KeyboardInterrupt), written_whole(output, primary=True) as f:
         f.write("half\n")
         assert (tmp_path / "out.jsonl.partial").exists() and not output.exists()
         raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []
-    with _written_whole(output, primary=True) as f:
+    with written_whole(output, primary=True) as f:
         f.write("whole\n")
     assert list(tmp_path.iterdir()) == [output] and output.read_text() == "whole\n"
-    with _written_whole(tmp_path / "other.jsonl", primary=False) as f:
+    with written_whole(tmp_path / "other.jsonl", primary=False) as f:
         assert f is None  # another process of the job: it decodes, process 0 writes
     assert list(tmp_path.iterdir()) == [output]
 

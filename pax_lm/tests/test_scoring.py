@@ -127,7 +127,7 @@ def test_pax_score_writes_one_line_a_request_and_refuses_bad_ones(job, tmp_path)
     assert [json.loads(line) for line in printed.stdout.splitlines()] == scored
 
     again = run_pax("score", "--job-dir", str(job), str(requests), "--output", str(out))
-    assert again.returncode == 2 and f"{out} exists" in again.stderr
+    assert again.returncode == 2 and f"--output {out} exists; pass --overwrite" in again.stderr
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"context": "x"}) + "\n")
     refused = run_pax("score", "--job-dir", str(job), str(bad), "--output",

@@ -11,25 +11,22 @@ tokens were generated for it (eos not counted) and ``stop`` or ``length``.
 
 The whole input is checked before the job is restored (its JSON, keys and values) and every
 prompt's length right after (it needs the job's tokenizer), so a bad line costs no decoding;
-the output is written beside its destination as ``OUTPUT.partial`` and renamed into place
-once complete (nothing is left when decoding fails). An existing output is replaced only with
-``--overwrite``; an ``OUTPUT.partial`` already there may be another run's, so it is refused.
+the output appears whole or not at all, and replaces an existing file only with
+``--overwrite`` (``pax_lm.commands.lm_jobs``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
-import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
 from pax_core import JobRequest, UsageError, job_command
+from pax_lm.commands.lm_jobs import check_output, restore_lm, written_whole
 
 LINE_KEYS = ("prompt", "max_tokens", "temperature", "top_k", "top_p", "seed", "stop")
 
@@ -74,7 +71,7 @@ def decode(
         _continue_one(job, prompt, defaults)
         return
     lines = read_prompts(prompts, defaults)
-    _check_output(output, overwrite)
+    check_output(output, overwrite)
     _decode_file(job, prompts, lines, output, batch_size)
 
 
@@ -115,61 +112,6 @@ def read_prompts(path: Path, defaults: Any) -> list[tuple[int, str, Any]]:
     return lines
 
 
-def _check_output(output: Path, overwrite: bool) -> None:
-    """Refuse an --output that cannot be written, or would replace a file unasked."""
-    if "://" in str(output):
-        raise UsageError(f"--output {output}: completions are written to a local file")
-    if not output.parent.is_dir():
-        raise UsageError(f"--output {output}: no such folder {output.parent}")
-    if output.is_dir():
-        raise UsageError(f"--output {output} is a folder; name a file")
-    if output.exists() and not overwrite:
-        raise UsageError(f"--output {output} exists; pass --overwrite to replace it, or name "
-                         f"another file")
-    partial = _partial(output)
-    if partial.exists():
-        raise UsageError(f"{partial} exists: another pax decode may be writing {output}; if "
-                         f"none is, remove {partial} and run again")
-
-
-def _partial(output: Path) -> Path:
-    return output.with_name(output.name + ".partial")
-
-
-@contextlib.contextmanager
-def _written_whole(output: Path, primary: bool) -> Iterator[IO[str] | None]:
-    """A file to write ``output`` through (None on a process that does not write): it is
-    ``OUTPUT.partial`` until the block ends well, then renamed into place; removed if not."""
-    if not primary:
-        yield None
-        return
-    partial = _partial(output)
-    try:
-        with open(partial, "x", encoding="utf-8") as f:
-            yield f
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(partial, output)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            partial.unlink()
-        raise
-
-
-def _restore(job: JobRequest) -> tuple[Any, Any, Any, dict[str, Any]]:
-    """The restored job, its tokenizer, decoder and the decoder's variables."""
-    from pax_lm.models import LanguageModel
-
-    restored = job.restore(LanguageModel, "a language model")
-    tokenizer = getattr(restored.run.train_input, "tokenizer", None)
-    if tokenizer is None:
-        raise UsageError(f"experiment {restored.run.resolved.name} is not a text language "
-                         f"model (its input has no tokenizer)")
-    variables = {name: collection["decoder"] for name, collection
-                 in restored.variables().items() if "decoder" in collection}
-    return restored, tokenizer, restored.model.decoder, variables
-
-
 def _prompt_ids(tokenizer: Any, text: str) -> list[int]:
     # Training saw every document as [bos, text, eos]: a prompt starts a document the same way.
     return [tokenizer.bos_id, *tokenizer.encode(text)]
@@ -185,7 +127,7 @@ def _continue_one(job: JobRequest, prompt: str, settings: Any) -> None:
 
     from pax_lm.inference import Batcher, Engine, Request
 
-    restored, tokenizer, decoder, variables = _restore(job)
+    restored, tokenizer, decoder, variables = restore_lm(job)
     ids = _prompt_ids(tokenizer, prompt)
     batcher = Batcher(Engine(decoder, variables, slots=1), tokenizer.decode)
     [done] = batcher.run([Request(ids, _with_eos(settings, tokenizer))])
@@ -202,7 +144,7 @@ def _decode_file(job: JobRequest, path: Path, lines: list[tuple[int, str, Any]],
 
     from pax_lm.inference import Batcher, Engine, Request
 
-    restored, tokenizer, decoder, variables = _restore(job)
+    restored, tokenizer, decoder, variables = restore_lm(job)
     engine = Engine(decoder, variables, slots=batch_size)
     requests = []
     for number, text, settings in lines:
@@ -214,7 +156,7 @@ def _decode_file(job: JobRequest, path: Path, lines: list[tuple[int, str, Any]],
         requests.append(Request(ids, _with_eos(settings, tokenizer)))
     batcher = Batcher(engine, tokenizer.decode)
     start, generated = time.perf_counter(), 0
-    with _written_whole(output, jax.process_index() == 0) as f:
+    with written_whole(output, jax.process_index() == 0) as f:
         for (_, text, _), done in zip(lines, batcher.run(requests), strict=True):
             generated += len(done.tokens)
             if f is not None:

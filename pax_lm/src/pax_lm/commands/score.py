@@ -8,7 +8,8 @@ from typing import Annotated, Literal
 
 import typer
 
-from pax_core import JobRequest, UsageError, job_command, require_files, write_atomic
+from pax_core import JobRequest, UsageError, job_command, require_files
+from pax_lm.commands.lm_jobs import check_output, restore_lm, written_whole
 from pax_lm.quantization import MODES
 
 FIELDS = ("context", "continuation")
@@ -21,6 +22,7 @@ def score(
                                              "\"continuation\": ...} a line.")],
     output: Annotated[Path | None, typer.Option(help="Write the scores here, one JSON line "
                                                 "a request (default: print them).")] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing --output.")] = False,
     batch_size: Annotated[int, typer.Option(help="Requests scored at once.")] = 8,
     quantize: Annotated[Literal[MODES], typer.Option(
         help="Run the decoder with int8 weights (its projections; the embedding stays "
@@ -33,39 +35,32 @@ def score(
     (``pax_lm.quantization``)."""
     import jax
 
-    from pax_lm.models import LanguageModel
     from pax_lm.quantization import quantize as quantized
     from pax_lm.scoring import Scorer, encode_pair
 
     require_files([requests], "requests")
-    if output is not None and output.exists():
-        raise UsageError(f"{output} exists; give another --output or remove it (nothing was "
-                         f"written)")
+    if output is not None:
+        check_output(output, overwrite)
     texts = read_requests(requests)
-    restored = job.restore(LanguageModel, "a language model")
-    tokenizer = getattr(restored.run.train_input, "tokenizer", None)
-    if tokenizer is None:
-        raise UsageError(f"experiment {restored.run.resolved.name} is not a text language "
-                         f"model (its input has no tokenizer)")
-    variables = {name: collection["decoder"] for name, collection
-                 in restored.variables().items() if "decoder" in collection}
+    restored, tokenizer, decoder, variables = restore_lm(job)
     pairs = [encode_pair(tokenizer, c, x) for c, x in texts.values()]
     for (line, _), (_, continuation) in zip(texts.items(), pairs, strict=True):
         if not continuation:
             raise UsageError(f"{requests}:{line}: the continuation has no tokens of its own "
                              f"(the tokenizer merged it into the context)")
     restored.state = None  # the variables hold what scoring needs: let the rest go
-    decoder, variables = quantized(restored.model.decoder, variables, quantize)
+    decoder, variables = quantized(decoder, variables, quantize)
     scores = Scorer(decoder, variables, batch_size).score(pairs)
     lines = [json.dumps({"context": c, "continuation": x, "log_likelihood": s.log_likelihood,
                          "tokens": s.num_tokens, "is_greedy": s.is_greedy,
                          "truncated": s.truncated})
              for (c, x), s in zip(texts.values(), scores, strict=True)]
     if output is not None:
-        write_atomic(output, "".join(line + "\n" for line in lines))
+        with written_whole(output, jax.process_index() == 0) as f:
+            if f is not None:
+                f.write("".join(line + "\n" for line in lines))
         restored.echo(f"scored {len(lines)} requests into {output}")
-        return
-    if jax.process_index() == 0:  # bare JSON lines, for a pipe
+    elif jax.process_index() == 0:  # bare JSON lines, for a pipe
         typer.echo("\n".join(lines))
 
 
