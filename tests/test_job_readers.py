@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -115,3 +116,34 @@ def test_a_config_naming_other_code_is_refused_before_fiddle_imports_it(small_jo
     result = run_pax("eval", "--job-dir", str(job))
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "names os.system" in result.stderr
+
+
+def test_a_step_removed_while_it_is_read_is_listed_again_not_called_damaged(small_job, tmp_path):
+    """A training job removes its old steps (``max_to_keep``) one item after another; a reader
+    that meets a step with an item gone waits to see whether the step goes, and lists the steps
+    again (``StepRemoved``) instead of calling it damaged. A step that stays is damaged."""
+    import jax
+
+    from pax_core.checkpointers.base import StepRemoved
+    from pax_core.checkpointers.integrity import DamagedCheckpoint
+    from pax_core.testing import PluginHost, build_run, resolve
+
+    host = PluginHost()
+    run = build_run(host, resolve(host, "MlpSynthetic", None, ["NUM_TRAIN_STEPS=5"]),
+                    jax.devices()[:1])
+    for removed in (True, False):
+        job = tmp_path / f"job-{removed}"
+        shutil.copytree(small_job, job)
+        step = job / "checkpoints" / "5"
+        shutil.rmtree(step / "input")  # the first item a removal took
+        reader = run.make_checkpointer(str(job / "checkpoints"), read_only=True)
+        remover = threading.Timer(0.5, shutil.rmtree, [step])
+        if removed:
+            remover.start()
+        try:
+            with pytest.raises(StepRemoved if removed else DamagedCheckpoint):
+                reader.restore(5, run.abstract_state)
+        finally:
+            remover.cancel()
+            reader.close()
+        assert step.exists() != removed

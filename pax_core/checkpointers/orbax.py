@@ -33,6 +33,9 @@ from pax_core.errors import RunError, first_line, warn
 from pax_core.files import is_remote, job_path, move, remove_tree, storage_failure
 
 TMP_MARK = ".orbax-checkpoint-tmp"
+# How long a reader waits for a step that failed to read to disappear (a training job removing
+# it) before calling it damaged.
+REMOVAL_WAIT = 2.0
 COMMITTED = "commit_success.txt"  # Orbax's mark of a complete step in a bucket
 WEIGHTS_GROUP_BYTES = 64 * 2**20  # a weights-only step's tensors are written this many at once
 
@@ -254,9 +257,20 @@ class OrbaxCheckpointer(Checkpointer):
         try:
             return self._restore(step, abstract_state)
         except Exception as e:
-            if self.settings.read_only and not (self._root / str(step)).exists():
+            if self.settings.read_only and self._vanishes(step):
                 raise StepRemoved(f"step {step} was removed while it was read") from e
             raise
+
+    def _vanishes(self, step: int) -> bool:
+        """Whether the folder of ``step``, which failed to read, is gone or goes within
+        ``REMOVAL_WAIT`` seconds: the training job's checkpointer was removing it
+        (``max_to_keep``), its items one after another, as it was read."""
+        path, deadline = self._root / str(step), time.monotonic() + REMOVAL_WAIT
+        while path.exists():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     def _restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
         integrity.verify(self._root / str(step),
