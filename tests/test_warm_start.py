@@ -63,27 +63,19 @@ def test_a_new_job_starts_from_the_source_and_resumes_from_itself(source, fresh,
     assert "resuming from step 1" in again.stdout
 
 
-def test_ignored_parameters_keep_their_fresh_values(source, fresh, tmp_path):
+@pytest.mark.parametrize("sets", [
+    # init_from_ignore: the biases keep their fresh values whatever the source holds.
+    ["task.train.init_from_ignore=('.*bias',)"],
+    # init_from_optional: the kernels, which the source holds, come from it; the biases, which
+    # a rule sends to names the source lacks, keep their fresh values instead of stopping it.
+    ["task.train.init_from_rules=[('(.*)bias', '{}missing'), ('(.*)', '{}')]",
+     "task.train.init_from_optional=('.*',)"],
+], ids=["ignored", "optional"])
+def test_ignored_or_optional_parameters_missing_at_the_source_keep_their_fresh_values(
+        source, fresh, tmp_path, sets):
     job = tmp_path / "job"
     result = _train(job, 1, "--init-from", str(source), *FROZEN,
-                    "--set", "task.train.init_from_ignore=('.*bias',)")
-    assert result.returncode == 0, result.stderr
-    started, trained = read_params(job), read_params(source)
-    biases = [k for k in started if k.endswith("['bias']")]
-    assert biases and len(biases) < len(started)
-    for key in started:
-        np.testing.assert_allclose(started[key], fresh[key] if key in biases else trained[key],
-                                   rtol=0, atol=ATOL, err_msg=key)
-
-
-def test_optional_parameters_come_from_the_source_when_it_has_them(source, fresh, tmp_path):
-    """``init_from_optional``: the kernels, which the source holds, come from it; the biases,
-    which a rule sends to names the source lacks, keep their fresh values instead of stopping
-    the run."""
-    job = tmp_path / "job"
-    result = _train(job, 1, "--init-from", str(source), *FROZEN, "--set",
-                    "task.train.init_from_rules=[('(.*)bias', '{}missing'), ('(.*)', '{}')]",
-                    "--set", "task.train.init_from_optional=('.*',)")
+                    *(a for item in sets for a in ("--set", item)))
     assert result.returncode == 0, result.stderr
     started, trained = read_params(job), read_params(source)
     biases = [k for k in started if k.endswith("['bias']")]

@@ -135,3 +135,10 @@ def test_pax_score_writes_one_line_a_request_and_refuses_bad_ones(job, tmp_path)
     assert refused.returncode == 2, refused.stderr
     assert refused.stderr.startswith(f"pax: error: {bad}:2: each line is ")
     assert refused.stderr.count("\n") == 1 and not (tmp_path / "none.jsonl").exists()
+    long = tmp_path / "long.jsonl"
+    long.write_text(json.dumps(rows[0]) + "\n" + json.dumps({"context": "a",
+                                                            "continuation": "b" * 40}) + "\n")
+    too_long = run_pax("score", "--job-dir", str(job), str(long))
+    assert too_long.returncode == 2, too_long.stderr
+    assert too_long.stderr == (f"pax: error: {long}:2: the continuation is 40 tokens; this "
+                               f"model scores at most 32 at once\n")

@@ -44,10 +44,13 @@ def score(
     texts = read_requests(requests)
     restored, tokenizer, decoder, variables = restore_lm(job)
     pairs = [encode_pair(tokenizer, c, x) for c, x in texts.values()]
-    for (line, _), (_, continuation) in zip(texts.items(), pairs, strict=True):
+    for line, (_, continuation) in zip(texts, pairs, strict=True):
         if not continuation:
             raise UsageError(f"{requests}:{line}: the continuation has no tokens of its own "
                              f"(the tokenizer merged it into the context)")
+        if len(continuation) > decoder.max_seq_len:
+            raise UsageError(f"{requests}:{line}: the continuation is {len(continuation)} "
+                             f"tokens; this model scores at most {decoder.max_seq_len} at once")
     restored.state = None  # the variables hold what scoring needs: let the rest go
     decoder, variables = quantized(decoder, variables, quantize)
     scores = Scorer(decoder, variables, batch_size).score(pairs)

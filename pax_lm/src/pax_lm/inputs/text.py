@@ -41,6 +41,16 @@ from pax_lm.tokenizers import Tokenizer
 SPLITS = ("train", "eval")
 
 
+def check_split(where: str, split: str, eval_fraction: float) -> None:
+    """Refuse a ``split`` that is not one of ``SPLITS``, or an ``eval_fraction`` outside
+    [0, 1) (0 holds nothing out, so only ``train`` is there)."""
+    if split not in SPLITS:
+        raise UsageError(f"{where}: split must be one of {', '.join(SPLITS)}, got {split!r}")
+    if not 0 <= eval_fraction < 1 or (eval_fraction == 0 and split == "eval"):
+        raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
+                         f"split 'train' only), got {eval_fraction}")
+
+
 @dataclasses.dataclass
 class RowsInput(LmInput):
     """Base of the inputs whose rows are made in memory from one split of their source (text,
@@ -105,13 +115,7 @@ class RowsInput(LmInput):
 
     def _check_fields(self) -> None:
         super()._check_fields()
-        where = f"input '{self.name}'"
-        if self.split not in SPLITS:
-            raise UsageError(f"{where}: split must be one of {', '.join(SPLITS)}, "
-                             f"got {self.split!r}")
-        if not 0 <= self.eval_fraction < 1 or (self.eval_fraction == 0 and self.split == "eval"):
-            raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
-                             f"split 'train' only), got {self.eval_fraction}")
+        check_split(f"input '{self.name}'", self.split, self.eval_fraction)
 
     def _padded_to_whole_batches(self, rows: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         missing = -len(rows["ids"]) % self.batch_size

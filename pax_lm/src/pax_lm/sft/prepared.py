@@ -30,7 +30,7 @@ import numpy as np
 from pax_core import UsageError
 from pax_lm.data import shards
 from pax_lm.data.shards import PreparedDataset
-from pax_lm.inputs.text import SPLITS, held_out
+from pax_lm.inputs.text import check_split, held_out
 from pax_lm.inputs.tokens import TokensInput, TokenSource
 from pax_lm.sft.templates import chat_template
 
@@ -124,12 +124,7 @@ class PreparedChatInput(TokensInput):
         if not isinstance(self.path, str) or not self.path:
             raise UsageError(f"{where}: path must name a folder of conversations prepared with "
                              f"pax data prepare --chat, got {self.path!r}")
-        if self.split not in SPLITS:
-            raise UsageError(f"{where}: split must be one of {', '.join(SPLITS)}, "
-                             f"got {self.split!r}")
-        if not 0 <= self.eval_fraction < 1 or (self.eval_fraction == 0 and self.split == "eval"):
-            raise UsageError(f"{where}: eval_fraction must be in [0, 1) (0: no held-out split, "
-                             f"split 'train' only), got {self.eval_fraction}")
+        check_split(where, self.split, self.eval_fraction)
 
     def _open_datasets(self) -> list[TokenSource]:
         data = PreparedDataset.open(self.path, content=shards.CHAT)
