@@ -168,15 +168,17 @@ def hf(session: nox.Session) -> None:
     """Hugging Face interchange against transformers itself: tiny random models of every open
     family built and saved by transformers, imported (`pax import hf`), their logits and greedy
     tokens compared, exported (`pax export --format hf`) and loaded by `from_pretrained`, and
-    trained adapters exported merged and as PEFT's folder (peft). torch, transformers and peft
-    are installed here alone: no package of the repository depends on them."""
+    trained adapters exported merged and as PEFT's folder (peft); and `pax eval --harness`
+    through lm-eval (pax-lm's `harness` extra) on tasks the tests write. torch, transformers,
+    peft and lm-eval are installed here alone: no package of the repository depends on them."""
     links = ["--find-links", TORCH_WHEELS] if os.path.isdir(TORCH_WHEELS) else []
     session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
-                    "-e", "pax_lm[corpus]", *HF_TEST_REQUIREMENTS)
+                    "-e", "pax_lm[corpus,harness]", *HF_TEST_REQUIREMENTS)
     _pip_check(session)
-    # One file of independent tests: spread test by test over the cores.
+    # Independent tests: spread test by test over the cores, but a file that trains one job
+    # for all its tests keeps them on one worker (its xdist_group), so it trains once.
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "-n", "auto",
-                "--dist", "load", "pax_lm/tests_hf", *session.posargs,
+                "--dist", "loadgroup", "pax_lm/tests_hf", *session.posargs,
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 

@@ -21,7 +21,7 @@ from pax_core.cli.options import (
     SetOpt,
     checked_directory,
 )
-from pax_core.errors import UsageError, warn
+from pax_core.errors import RunError, UsageError, warn
 from pax_core.plugins.host import PluginHost
 
 # Commands that Pax's own packages add, by the package to install for each: asked for without
@@ -168,9 +168,25 @@ def eval_command(
     coordinator_address: AddressOpt = None,
     num_processes: NumProcessesOpt = None,
     process_id: ProcessIdOpt = None,
+    harness: Annotated[str | None, typer.Option(
+        "--harness", metavar="TASKS",
+        help="Evaluate with the evaluation harness the job's plugin provides, on these of its "
+        "tasks (comma-separated; pax-lm: lm-eval's task names or task YAML files), instead of "
+        "the experiment's eval datasets.")] = None,
+    harness_limit: Annotated[int | None, typer.Option(
+        "--harness-limit", metavar="N", min=1,
+        help="With --harness: at most N documents of each task.")] = None,
+    num_fewshot: Annotated[int | None, typer.Option(
+        "--num-fewshot", metavar="K", min=0,
+        help="With --harness: K solved examples before each document (default: each task's "
+        "own).")] = None,
+    output: Annotated[Path | None, typer.Option(
+        "--output", "-o", metavar="FILE.json",
+        help="With --harness: write the results (and what the harness reports with them) to "
+        "this new file.")] = None,
 ) -> None:
     """Evaluate the latest checkpoint of a job (or --restore-checkpoint-step) on the
-    experiment's eval datasets."""
+    experiment's eval datasets, or with --harness on an evaluation harness's tasks."""
     import json
 
     import jax
@@ -179,6 +195,21 @@ def eval_command(
     from pax_core.loggers.console import format_line
     from pax_core.parallel.processes import DistributedOptions
 
+    if harness is not None:
+        if coordinator_address or num_processes or process_id:
+            raise UsageError("--harness evaluates in one process; drop --coordinator-address, "
+                             "--num-processes and --process-id")
+        _harness_eval(ctx, harness, job_dir=job_dir, exp=exp, plugin=plugin,
+                      set_items=set_items or [], platform=platform, restore_step=restore_step,
+                      limit=harness_limit, num_fewshot=num_fewshot, output=output,
+                      as_json=as_json)
+        return
+    given = [n for n, v in (("--harness-limit", harness_limit), ("--num-fewshot", num_fewshot),
+                            ("--output", output)) if v is not None]
+    if given:
+        raise UsageError(f"{', '.join(given)} go{'es' if len(given) == 1 else ''} with "
+                         f"--harness TASKS; the eval datasets' results are printed (--json "
+                         f"for JSON)")
     distributed = DistributedOptions.parse(coordinator_address, num_processes, process_id)
     step, results = commands.evaluate(_host(ctx), exp=exp, plugin=plugin,
                                       set_items=set_items or [], job_dir=job_dir,
@@ -191,6 +222,49 @@ def eval_command(
         return
     for name, metrics in results.items():
         typer.echo(format_line(step, f"eval/{name}", metrics))
+
+
+def _harness_eval(ctx: typer.Context, harness: str, *, job_dir: str, exp: str | None,
+                  plugin: str | None, set_items: list[str], platform: str | None,
+                  restore_step: int | None, limit: int | None, num_fewshot: int | None,
+                  output: Path | None, as_json: bool) -> None:
+    """``pax eval --harness TASKS``: the job through its plugin's harness (which checks its
+    tasks before it restores the job), the results printed and written to ``output``."""
+    import json
+
+    from pax_core.cli.job_commands import JobRequest
+    from pax_core.commands.jobs import harness_for
+    from pax_core.files import write_atomic
+    from pax_core.loggers.console import format_line
+
+    tasks = list(dict.fromkeys(t.strip() for t in harness.split(",") if t.strip()))
+    if not tasks:
+        raise UsageError("--harness names no task; give one or more, comma-separated")
+    if output is not None:
+        if not output.parent.is_dir():
+            raise UsageError(f"--output {output}: no such folder {output.parent}")
+        if output.exists():
+            raise UsageError(f"--output {output} exists; name a new file (nothing was "
+                             f"evaluated)")
+    host = _host(ctx)
+    entry = harness_for(host, exp=exp, plugin=plugin, set_items=set_items, job_dir=job_dir)
+    job = JobRequest(host, job_dir, plugin, exp, set_items, platform, restore_step)
+    report = entry.load()(job, tasks, limit=limit, num_fewshot=num_fewshot)
+    if not (isinstance(report, dict) and isinstance(report.get("step"), int)
+            and isinstance(report.get("results"), dict)):
+        raise RunError(f"harness '{entry.qualified_name}' (plugin '{entry.plugin}') returned no "
+                       f"step and results: {str(report)[:120]}")
+    report = {"harness": entry.qualified_name, **report}
+    text = json.dumps(report, indent=1)
+    if output is not None:
+        write_atomic(output, text + "\n")
+    if as_json:
+        typer.echo(text)
+        return
+    for task, metrics in report["results"].items():
+        typer.echo(format_line(report["step"], f"{entry.name}/{task}", metrics))
+    if output is not None:
+        typer.echo(f"wrote the results to {output}")
 
 
 def export_command(

@@ -1,4 +1,5 @@
-"""What ``pax train`` and ``pax eval`` do, apart from parsing the command line.
+"""What ``pax train`` and ``pax eval`` do, apart from parsing the command line (``pax eval
+--harness`` finds here which plugin's harness evaluates a job).
 
 Order matters: everything a user can get wrong (experiment name, overrides, component names,
 mesh and batch sizes, a checkpoint that does not fit the config) is checked before the job
@@ -15,6 +16,7 @@ import jax
 
 from pax_core.checkpointers.base import Checkpointer
 from pax_core.config import trust
+from pax_core.config.lookup import find_experiment
 from pax_core.config.resolve import ResolvedExperiment, choose_experiment, configure
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
@@ -22,6 +24,7 @@ from pax_core.loggers import LoggerGroup
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
+from pax_core.plugins.records import Registered
 from pax_core.plugins.versions import library_versions
 from pax_core.run.build import Run, build_run, restore_or_init
 from pax_core.run.evaluation import Evaluator
@@ -274,3 +277,31 @@ def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items
     if not run.eval_inputs:
         raise UsageError(f"experiment {run.resolved.name} declares no eval datasets")
     return step, Evaluator(run, host).evaluate(run.eval_variables(state))
+
+
+def harness_for(host: PluginHost, *, exp: str | None, plugin: str | None,
+                set_items: list[str], job_dir: str) -> Registered:
+    """The evaluation harness ``pax eval --harness`` runs the job through: the one registered
+    by the plugin whose package defines the job's experiment class, else by the nearest base
+    class's plugin that registers one. Found before JAX starts, so that a job no harness
+    evaluates is refused at once."""
+    if exp is None:
+        exp, _, _ = _recorded(host, JobDir(job_dir), set_items)
+    if plugin:
+        host.require(plugin)
+    name, cls = find_experiment(host.components("experiments"), exp, plugin)
+    harnesses = host.components("harnesses")
+    owners = [host.owner_of(base) for base in cls.__mro__]
+    for owner in dict.fromkeys(o for o in owners if o is not None):
+        own = [e for e in harnesses if e.plugin == owner]
+        if len(own) > 1:
+            raise RunError(f"plugin '{owner}' registers {len(own)} harnesses "
+                           f"({', '.join(e.name for e in own)}); a plugin registers at most one")
+        if own:
+            return own[0]
+    offered = sorted({f"{e.qualified_name} ({e.distribution})" for e in harnesses})
+    others = (f"the harnesses installed ({', '.join(offered)}) evaluate their own plugins' "
+              f"experiments" if offered else "no installed plugin registers one (pax-lm does, "
+              "for language models: pip install 'pax-lm[harness]')")
+    raise UsageError(f"--harness: no installed plugin provides a harness evaluation for "
+                     f"experiment {name}; {others}")

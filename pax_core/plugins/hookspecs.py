@@ -290,6 +290,33 @@ def pax_register_weight_formats() -> list[Component]:
 
 
 @hookspec
+def pax_register_harnesses() -> list[Component]:
+    """Register an outside evaluation harness that ``pax eval --harness TASKS`` evaluates the
+    plugin's jobs with, on the harness's own named tasks.
+
+    The factory is a function called as ``factory(job, tasks, limit=N, num_fewshot=K)``:
+    ``job`` is a ``pax_core.JobRequest``, ``tasks`` the task names the user gave, ``limit``
+    (documents per task) and ``num_fewshot`` None unless given. It checks what it can before
+    it restores the job (the harness installed, every task known: a ``UsageError`` saying
+    what to do), so that a mistake costs no restore; then it restores the job
+    (``job.restore``), evaluates, and returns a JSON-ready dict holding ``step`` (the restored
+    checkpoint's), ``results`` (task -> metric name -> number) and whatever else the harness
+    reports; ``--output`` writes it whole. A job is evaluated by the harness of the plugin
+    whose package defines its experiment's class, or else the nearest base class whose plugin
+    has one (an experiment of the user's derived from pax-lm's gets pax-lm's); a plugin
+    registers at most one. pax-lm registers ``lm-eval`` (EleutherAI's lm-evaluation-harness,
+    the ``pax-lm[harness]`` extra).
+
+    Example::
+
+        @hookimpl
+        def pax_register_harnesses():
+            return [Component("lm-eval", "pax_lm.harness:evaluate",
+                              "EleutherAI's lm-evaluation-harness tasks")]
+    """
+
+
+@hookspec
 def pax_on_train_start(run: RunInfo) -> None:
     """Called once the train state is ready, before the first step of this invocation.
 

@@ -28,6 +28,7 @@ KINDS = (
     "commands",
     "trial_runners",
     "weight_formats",
+    "harnesses",
 )
 
 

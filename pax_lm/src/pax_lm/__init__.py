@@ -28,6 +28,9 @@ _EXPORTS = {
     "Batcher": "pax_lm.inference.batching",
     "Request": "pax_lm.inference.batching",
     "Completion": "pax_lm.inference.batching",
+    "BeamSearch": "pax_lm.inference.beam",
+    "Hypothesis": "pax_lm.inference.beam",
+    "beam_search": "pax_lm.inference.beam",
     "Scorer": "pax_lm.scoring",
     "Score": "pax_lm.scoring",
 }

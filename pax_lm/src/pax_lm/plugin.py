@@ -4,7 +4,7 @@ from pax_core import Component, hookimpl
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.13,<2"
+PAX_API = ">=1.16,<2"
 
 
 @hookimpl
@@ -29,6 +29,8 @@ def pax_register_commands():
                   "continue a prompt from a trained LM job"),
         Component("score", "pax_lm.commands.score:score",
                   "log-likelihoods of continuations given contexts, from a trained LM job"),
+        Component("serve", "pax_lm.commands.serve:serve",
+                  "serve a trained LM job with OpenAI's HTTP API (completions, chat)"),
         Component("tokenizer", "pax_lm.commands.tokenizer:app", "train a SentencePiece tokenizer"),
         Component("data", "pax_lm.commands.data:app",
                   "prepare token datasets (ArrayRecord shards) and inspect them"),
@@ -48,3 +50,9 @@ def pax_register_weight_formats():
                       "PEFT's LoRA adapter folders of a job's adapters (export only)"),
             Component("paxml", "pax_lm.paxml.format:PaxmlFormat",
                       "paxml checkpoints of Pax's LM catalogue (import only; needs --exp)")]
+
+
+@hookimpl
+def pax_register_harnesses():
+    return [Component("lm-eval", "pax_lm.harness:evaluate",
+                      "EleutherAI's lm-evaluation-harness tasks (pip install 'pax-lm[harness]')")]

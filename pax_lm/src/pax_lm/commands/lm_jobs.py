@@ -18,10 +18,13 @@ from typing import IO, Any
 from pax_core import JobRequest, UsageError
 
 
-def restore_lm(job: JobRequest) -> tuple[Any, Any, Any, dict[str, Any]]:
+def restore_lm(job: JobRequest, quantize: str = "none") -> tuple[Any, Any, Any, dict[str, Any]]:
     """The restored job, its tokenizer, decoder and the decoder's variables (its ``params``
-    and any other collection it reads); a job that is no text language model is refused."""
+    and any other collection it reads), the decoder quantized as ``quantize`` says
+    (``pax_lm.quantization.MODES``); a job that is no text language model is refused. The
+    job's state is let go: the variables hold all that running the decoder needs."""
     from pax_lm.models import LanguageModel
+    from pax_lm.quantization import quantize as quantized
 
     restored = job.restore(LanguageModel, "a language model")
     tokenizer = getattr(restored.run.train_input, "tokenizer", None)
@@ -30,7 +33,9 @@ def restore_lm(job: JobRequest) -> tuple[Any, Any, Any, dict[str, Any]]:
                          f"model (its input has no tokenizer)")
     variables = {name: collection["decoder"] for name, collection
                  in restored.variables().items() if "decoder" in collection}
-    return restored, tokenizer, restored.model.decoder, variables
+    restored.state = None
+    decoder, variables = quantized(restored.model.decoder, variables, quantize)
+    return restored, tokenizer, decoder, variables
 
 
 def check_output(output: Path, overwrite: bool) -> None:

@@ -35,14 +35,13 @@ def score(
     (``pax_lm.quantization``)."""
     import jax
 
-    from pax_lm.quantization import quantize as quantized
     from pax_lm.scoring import Scorer, encode_pair
 
     require_files([requests], "requests")
     if output is not None:
         check_output(output, overwrite)
     texts = read_requests(requests)
-    restored, tokenizer, decoder, variables = restore_lm(job)
+    restored, tokenizer, decoder, variables = restore_lm(job, quantize)
     pairs = [encode_pair(tokenizer, c, x) for c, x in texts.values()]
     for line, (_, continuation) in zip(texts, pairs, strict=True):
         if not continuation:
@@ -51,8 +50,6 @@ def score(
         if len(continuation) > decoder.max_seq_len:
             raise UsageError(f"{requests}:{line}: the continuation is {len(continuation)} "
                              f"tokens; this model scores at most {decoder.max_seq_len} at once")
-    restored.state = None  # the variables hold what scoring needs: let the rest go
-    decoder, variables = quantized(decoder, variables, quantize)
     scores = Scorer(decoder, variables, batch_size).score(pairs)
     lines = [json.dumps({"context": c, "continuation": x, "log_likelihood": s.log_likelihood,
                          "tokens": s.num_tokens, "is_greedy": s.is_greedy,

@@ -80,6 +80,33 @@ class Batcher:
         self._waiting.append(active)
         return active.request_id
 
+    @property
+    def waiting(self) -> int:
+        """How many requests wait for a slot."""
+        return len(self._waiting)
+
+    def partial(self, request_id: int) -> list[int]:
+        """The tokens a request still waiting or decoding has drawn so far (a copy), for a
+        caller that streams them."""
+        for active in (*self._running.values(), *self._waiting):
+            if active.request_id == request_id:
+                return list(active.tokens)
+        raise KeyError(f"request {request_id} is not waiting or decoding")
+
+    def cancel(self, request_id: int) -> bool:
+        """Drop a request that is still waiting or decoding (its client went away), freeing
+        its slot; whether it was."""
+        for active in self._waiting:
+            if active.request_id == request_id:
+                self._waiting.remove(active)
+                return True
+        for slot, active in self._running.items():
+            if active.request_id == request_id:
+                del self._running[slot]
+                self.engine.free(slot)
+                return True
+        return False
+
     def step(self) -> list[Completion]:
         """Admit waiting requests into free slots, then advance every slot one token; the
         requests that ended, in the order they did."""

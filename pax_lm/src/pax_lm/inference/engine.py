@@ -23,10 +23,10 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from pax_core import UsageError
 from pax_lm.decoding import SamplingSettings, row_keys, sample
+from pax_lm.inference.cache import cache_shapes, row_axes, state_placement
 
 SMALLEST_BUCKET = 16
 
@@ -65,15 +65,13 @@ class Engine:
         self.decoder, self.slots = decoder, slots
         self.max_seq_len: int = decoder.max_seq_len
         self.buckets = prefill_buckets(self.max_seq_len, smallest_bucket)
-        self._row_cache = _cache_shapes(decoder, 1)
-        # The batch axis of every cache entry (0, or 1 under a scanned stack's layers axis):
-        # where the shapes of two batch sizes differ.
-        axes = jax.tree.map(_batch_axis, _cache_shapes(decoder, 2), _cache_shapes(decoder, 3))
+        self._row_cache = cache_shapes(decoder, 1)
+        axes = row_axes(decoder)
         state_axes = {"cache": axes, **dict.fromkeys((*_SETTINGS, "tokens"), 0)}
-        pool = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), _cache_shapes(decoder, slots))
+        pool = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), cache_shapes(decoder, slots))
         # The state stays where every call puts it (whole on each device of the weights), so
         # each call's inputs always look the same to jit: one program per call.
-        placement = _placement(variables)
+        placement = state_placement(variables)
         # Weights still on the host go to the device once, not with every call.
         self.variables = jax.tree.map(
             lambda x: x if isinstance(x, jax.Array) else jax.device_put(x, placement), variables)
@@ -181,33 +179,6 @@ def _settings_arrays(settings: Sequence[SamplingSettings]) -> dict[str, np.ndarr
             "top_k": np.asarray([s.top_k for s in settings], np.int32),
             "top_p": np.asarray([s.top_p for s in settings], np.float32),
             "seed": np.asarray([s.seed for s in settings], np.uint32)}
-
-
-def _placement(variables: Any) -> jax.sharding.Sharding:
-    """Where the engine's state lives: whole on every device the weights are on (replicated
-    over their mesh), or on the default device for weights not yet on one."""
-    for leaf in jax.tree.leaves(variables):
-        if isinstance(leaf, jax.Array):
-            sharding = leaf.sharding
-            if isinstance(sharding, NamedSharding):
-                return NamedSharding(sharding.mesh, PartitionSpec())
-            devices = sorted(sharding.device_set, key=lambda d: d.id)
-            if len(devices) == 1:
-                return SingleDeviceSharding(devices[0])
-            return NamedSharding(Mesh(np.asarray(devices), ("devices",)), PartitionSpec())
-    return SingleDeviceSharding(jax.devices()[0])
-
-
-def _cache_shapes(decoder: Any, batch: int) -> Any:
-    """The decoder's cache for ``batch`` rows, as shapes (nothing initialised)."""
-    shapes = jax.eval_shape(lambda: decoder.init(
-        jax.random.PRNGKey(0), jnp.zeros((batch, 1), jnp.int32), decode=True))
-    return shapes["cache"]
-
-
-def _batch_axis(two: jax.ShapeDtypeStruct, three: jax.ShapeDtypeStruct) -> int:
-    [axis] = [i for i, (a, b) in enumerate(zip(two.shape, three.shape, strict=True)) if a != b]
-    return axis
 
 
 def _insert(axes: Any, state: Any, row: Any, slot: jax.Array) -> Any:

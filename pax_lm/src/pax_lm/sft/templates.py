@@ -32,6 +32,9 @@ where ``[bos]`` and ``[eos]`` are the tokenizer's ids and the headers are plain 
 and its eos are trained; to prompt the model, end the prompt with ``<|assistant|>\\n`` and
 decode until eos. Turns after a conversation's last assistant turn train nothing, and are left
 out with either template.
+
+To prompt a model with a conversation (a server's chat request), ``ChatTemplate.prompt`` gives
+its turns and the opening of the assistant's next one, as the template writes them.
 """
 
 from __future__ import annotations
@@ -81,6 +84,18 @@ class ChatTemplate(abc.ABC):
         """The conversation up to its last assistant turn, in order; with ``last_only`` only
         that last answer is marked for training (the answer a preference pair compares)."""
 
+    @abc.abstractmethod
+    def prompt_pieces(self, conversation: Conversation) -> list[str | int]:
+        """Every turn of the conversation, then what opens the assistant's next turn: the text
+        a model is prompted with to answer it."""
+
+    def prompt(self, conversation: Conversation, tokenizer: Tokenizer) -> list[int]:
+        """The tokens of ``prompt_pieces``, each text piece tokenized on its own as ``encode``
+        tokenizes them."""
+        pieces = self.prompt_pieces(conversation)
+        encoded = iter(tokenizer.encode_batch([p for p in pieces if isinstance(p, str)]))
+        return [i for p in pieces for i in ([p] if isinstance(p, int) else next(encoded))]
+
     def encode(self, conversations: Sequence[Conversation], tokenizer: Tokenizer,
                last_only: bool = False, num_threads: int | None = None
                ) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -123,6 +138,15 @@ class PlainTemplate(ChatTemplate):
             else:
                 pieces.append((f"<|{message['role']}|>\n{message['content']}\n", False))
         return pieces
+
+    def prompt_pieces(self, conversation: Conversation) -> list[str | int]:
+        pieces: list[str | int] = [self.bos_id]
+        for message in conversation.messages:
+            if message["role"] == "assistant":
+                pieces += ["<|assistant|>\n", message["content"], self.eos_id]
+            else:
+                pieces.append(f"<|{message['role']}|>\n{message['content']}\n")
+        return [*pieces, "<|assistant|>\n"]
 
 
 class _Refused(Exception):
@@ -195,6 +219,9 @@ class JinjaTemplate(ChatTemplate):
             pieces += [(prefix[len(rendered):], False), (full[len(prefix):], train)]
             rendered = full
         return [(text, train) for text, train in pieces if text]
+
+    def prompt_pieces(self, conversation: Conversation) -> list[str | int]:
+        return [self.render(conversation.messages, True, conversation)]
 
 
 def chat_template(tokenizer: Tokenizer, spec: str | None) -> ChatTemplate:
