@@ -4,7 +4,8 @@ The names exported here are Pax's plugin API, version ``API_VERSION``: everythin
 package needs, and the only names plugins import (``from pax_core import Experiment, hookimpl``).
 Modules below ``pax_core`` are the core's own business and may move between releases; these
 names do not, except through a deprecation (below). ``pax_core.testing`` is the API's companion
-for plugin tests.
+for plugin tests. ``train``, ``evaluate`` and ``load`` are Pax from Python, for scripts and
+notebooks (``pax_core.api``).
 
 Every name is imported on first use (PEP 562), so ``import pax_core`` stays free of JAX: the
 command line lists plugins and prints help without starting an accelerator runtime.
@@ -21,7 +22,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.16.0"
+API_VERSION = "1.17.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -111,6 +112,14 @@ _EXPORTS: dict[str, str] = {
     "RecordedExpOpt": "pax_core.cli.options",
     "RestoreStepOpt": "pax_core.cli.options",
     "SetOpt": "pax_core.cli.options",
+    # Pax from Python: train, evaluate and load a job in a script or a notebook
+    "train": "pax_core.api",
+    "evaluate": "pax_core.api",
+    "load": "pax_core.api",
+    "job_request": "pax_core.api",
+    "TrainResult": "pax_core.api",
+    "EvalResult": "pax_core.api",
+    "LoadedJob": "pax_core.api",
 }
 
 # Old name -> (new name, the API version that removes the old one).

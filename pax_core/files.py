@@ -27,8 +27,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import platformdirs
-
 from pax_core.errors import UsageError
 
 # What a user does about each failure the storage can have.
@@ -59,6 +57,8 @@ CACHE_DIR_VAR = "PAX_CACHE_DIR"
 def cache_dir() -> Path:
     """Pax's cache directory (a CPU's measured peak, compiled programs): ``PAX_CACHE_DIR``,
     else the user's cache directory."""
+    import platformdirs  # imported here: every pax command imports this module, few need it
+
     return Path(os.environ.get(CACHE_DIR_VAR) or platformdirs.user_cache_dir("pax"))
 
 

@@ -100,10 +100,25 @@ def _objects(url: str) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in found)
 
 
-def test_a_gs_job_trains_resumes_bitwise_and_evaluates(gcs, tmp_path):
-    job = f"{gcs}/jobs/mlp"
-    half = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
-    assert half.returncode == 0, half.stderr
+@pytest.fixture(scope="module")
+def half_trained(gcs) -> str:
+    """A gs:// job that trained RUN's first 20 steps, trained once for the tests that start
+    from there; each works on a copy of its own (``_copy``)."""
+    job = f"{gcs}/jobs/half"
+    result = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
+    assert result.returncode == 0, result.stderr
+    return job
+
+
+def _copy(source: str, target: str) -> str:
+    """``source``'s objects, byte for byte, under ``target`` (a bucket has no folders)."""
+    for name in _objects(source):
+        job_path(f"{target}/{name}").write_bytes(job_path(f"{source}/{name}").read_bytes())
+    return target
+
+
+def test_a_gs_job_trains_resumes_bitwise_and_evaluates(gcs, half_trained, tmp_path):
+    job = _copy(half_trained, f"{gcs}/jobs/mlp")
     # A save killed before its commit mark leaves a step without one: removed, with a line.
     job_path(f"{job}/checkpoints/35/state/partial").write_text("interrupted")
     rest = run_pax("train", *RUN, "--job-dir", job)
@@ -169,10 +184,9 @@ def _flip_a_byte(job: str, step: int) -> str:
     return name
 
 
-def test_a_damaged_gs_checkpoint_is_named_passed_over_and_set_aside_by_a_resume(gcs):
-    job = f"{gcs}/jobs/damaged"
-    first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
-    assert first.returncode == 0, first.stderr
+def test_a_damaged_gs_checkpoint_is_named_passed_over_and_set_aside_by_a_resume(
+        gcs, half_trained):
+    job = _copy(half_trained, f"{gcs}/jobs/damaged")
     name = _flip_a_byte(job, 20)
     stopped = run_pax("eval", "--job-dir", job, "--set", "task.train.on_damaged_checkpoint='stop'")
     assert stopped.returncode == 2, stopped.stderr
@@ -189,10 +203,8 @@ def test_a_damaged_gs_checkpoint_is_named_passed_over_and_set_aside_by_a_resume(
     assert any(o.startswith("damaged_checkpoints/20-") for o in _objects(job))
 
 
-def test_a_gs_run_restarts_from_a_chosen_step(gcs):
-    job = f"{gcs}/jobs/rolled"
-    first = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20))
-    assert first.returncode == 0, first.stderr
+def test_a_gs_run_restarts_from_a_chosen_step(gcs, half_trained):
+    job = _copy(half_trained, f"{gcs}/jobs/rolled")
     again = run_pax("train", *RUN, "--job-dir", job, PART[0], PART[1].format(20),
                     "--restore-checkpoint-step", "10")
     assert again.returncode == 0, again.stderr

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.core
 
 from pax_core.cli.options import (
     AddressOpt,
     ExpOpt,
+    FormatOpt,
     JobDirOpt,
+    JsonAliasOpt,
     JsonOpt,
     NumProcessesOpt,
     PlatformOpt,
@@ -20,6 +24,9 @@ from pax_core.cli.options import (
     RestoreStepOpt,
     SetOpt,
     checked_directory,
+    checked_format,
+    context_settings,
+    summary,
 )
 from pax_core.errors import RunError, UsageError, warn
 from pax_core.plugins.host import PluginHost
@@ -35,6 +42,15 @@ def _host(ctx: typer.Context) -> PluginHost:
     return ctx.find_root().obj
 
 
+def _show_version(value: bool) -> None:
+    """``pax --version``: eager, so it answers before a subcommand is asked for."""
+    if value:
+        from pax_core import API_VERSION, __version__
+
+        typer.echo(f"pax {__version__} (plugin API {API_VERSION})")
+        raise typer.Exit()
+
+
 def root(
     plugins: Annotated[str | None, typer.Option(
         "--plugins", metavar="A,B",
@@ -42,6 +58,9 @@ def root(
     disable_plugins: Annotated[str | None, typer.Option(
         "--disable-plugins", metavar="A,B",
         help="Do not load these plugins. Same as PAX_DISABLE_PLUGINS.")] = None,
+    version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_show_version,
+        help="Print the versions of pax-core and of its plugin API, and exit.")] = False,
 ) -> None:
     """Pax: train large neural networks on JAX, from one CPU to a pod.
 
@@ -49,13 +68,14 @@ def root(
     """
 
 
-def plugins_command(ctx: typer.Context, as_json: JsonOpt = False) -> None:
+def plugins_command(ctx: typer.Context, fmt: FormatOpt = None,
+                    as_json: JsonAliasOpt = False) -> None:
     """List plugins: distribution, version, API range, status, the hooks each implements and
     what each registered. `pax plugins new NAME` starts a new one."""
     if ctx.invoked_subcommand is None:
         from pax_core.cli import listing
 
-        listing.show_plugins(_host(ctx), as_json)
+        listing.show_plugins(_host(ctx), listing.output_format(fmt, as_json))
 
 
 def new_plugin_command(
@@ -85,22 +105,46 @@ def new_plugin_command(
     typer.echo(f"next: pip install -e '{target}[test]' && pytest {target}/tests")
 
 
-def experiments_command(ctx: typer.Context, plugin: PluginOpt = None,
-                        as_json: JsonOpt = False) -> None:
+def experiments_command(ctx: typer.Context, plugin: PluginOpt = None, fmt: FormatOpt = None,
+                        as_json: JsonAliasOpt = False) -> None:
     """List registered experiments (importing none of them)."""
     from pax_core.cli import listing
 
-    listing.show_experiments(_host(ctx), plugin, as_json)
+    listing.show_experiments(_host(ctx), plugin, listing.output_format(fmt, as_json))
 
 
-def config_command(ctx: typer.Context, exp: ExpOpt, plugin: PluginOpt = None,
-                   set_items: SetOpt = None, as_json: JsonOpt = False) -> None:
+def config_command(
+    ctx: typer.Context,
+    exp: ExpOpt,
+    plugin: PluginOpt = None,
+    set_items: SetOpt = None,
+    constants: Annotated[bool, typer.Option(
+        "--constants", help="List the experiment's UPPER_CASE constants that --set takes, "
+        "each with its value (overrides applied) and type, instead of the config.")] = False,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar="table|tsv|json", callback=checked_format,
+        help="json: the config as Fiddle JSON; with --constants also table or tsv (default: "
+        "a table on a terminal, tab-separated rows in a pipe).")] = None,
+    as_json: JsonAliasOpt = False,
+) -> None:
     """Print the resolved configuration of an experiment, overrides applied."""
+    from pax_core.cli import listing
+
+    chosen = listing.output_format(fmt, as_json)
+    if constants:
+        from pax_core.config.resolve import choose_experiment
+
+        picked = choose_experiment(_host(ctx), exp, plugin, set_items or [])
+        listing.show_constants(picked.name, type(picked.experiment), chosen)
+        return
+    if fmt in ("table", "tsv"):
+        raise UsageError(f"--format {fmt} goes with --constants; the config prints as text, "
+                         f"or as JSON with --format json")
     from pax_core.config.resolve import resolve
 
     resolved = resolve(_host(ctx), exp, plugin, set_items or [])
     resolved.build()
-    typer.echo(resolved.to_json() if as_json else resolved.to_text(), nl=False)
+    typer.echo(resolved.to_json() if chosen == "json" else resolved.to_text(), nl=False)
 
 
 def train_command(
@@ -181,9 +225,9 @@ def eval_command(
         help="With --harness: K solved examples before each document (default: each task's "
         "own).")] = None,
     output: Annotated[Path | None, typer.Option(
-        "--output", "-o", metavar="FILE.json",
+        "--output", "-o", metavar="FILE",
         help="With --harness: write the results (and what the harness reports with them) to "
-        "this new file.")] = None,
+        "this new JSON file.")] = None,
 ) -> None:
     """Evaluate the latest checkpoint of a job (or --restore-checkpoint-step) on the
     experiment's eval datasets, or with --harness on an evaluation harness's tasks."""
@@ -345,7 +389,8 @@ def plan_command(
         "--devices", metavar="N",
         help="Devices (1 or more) for an experiment that declares no mesh (Pax's "
         "data-parallel path).")] = 8,
-    as_json: JsonOpt = False,
+    fmt: FormatOpt = None,
+    as_json: JsonAliasOpt = False,
 ) -> None:
     """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
     parameters, FLOPs and per-device memory."""
@@ -353,12 +398,13 @@ def plan_command(
     from pax_core.commands import plan as planning
 
     planning.check_sizes(devices, hbm_gib)
+    chosen = listing.output_format(fmt, as_json)
     host = _host(ctx)
     planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
                                                       devices))
     result = planning.plan(host, exp=exp, plugin=plugin, set_items=set_items or [],
                            hbm_gib=hbm_gib)
-    listing.show_plan(result, as_json)
+    listing.show_plan(result, chosen)
 
 
 def launch_command(
@@ -410,44 +456,83 @@ def _plugin_command(app: typer.Typer, host: PluginHost, name: str, help_text: st
     @app.command(
         name=name,
         help=help_text,
+        short_help=help_text,
         hidden=hidden,
         context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
                           "help_option_names": []},
         add_help_option=False,
     )
     def run(ctx: typer.Context) -> None:
-        target = host.components("commands").get(name).load()
-        command = target if isinstance(target, typer.Typer) else _as_app(target)
-        command(args=ctx.args, prog_name=f"pax {name}", obj=ctx.find_root().obj)
+        command = as_command(host.components("commands").get(name).load())
+        # The plugin's own app: its contexts start from pax's settings (-h, the width).
+        command.main(args=ctx.args, prog_name=f"pax {name}", obj=ctx.find_root().obj,
+                     **context_settings())
 
 
-def _as_app(function) -> typer.Typer:
+Command = typer.core.TyperCommand | typer.core.TyperGroup
+
+
+def as_command(target: typer.Typer | Callable[..., Any]) -> Command:
+    """A plugin's registered command (a typer app, or a function) as ``pax`` runs it: every
+    argument, and every option that takes a value, that names no metavar is shown by its name
+    in capitals (``--max-tokens MAX_TOKENS``), pax's style, rather than by its type (``INTEGER
+    RANGE``) or in lower case."""
+    command = typer.main.get_command(target if isinstance(target, typer.Typer)
+                                     else _as_app(target))
+    for each in walk(command):
+        for param in each.params:
+            if takes_metavar(param) and param.metavar is None:
+                param.metavar = param.name.upper()
+    return command
+
+
+def takes_metavar(param: Any) -> bool:
+    """Whether ``param`` shows a metavar: an argument, or an option that takes a value (not a
+    flag or a count)."""
+    return param.param_type_name == "argument" or (
+        param.param_type_name == "option" and not getattr(param, "is_flag", False)
+        and not getattr(param, "count", False))
+
+
+def walk(command: Command) -> list[Command]:
+    """``command`` and, for a group, every command under it."""
+    found = [command]
+    for sub in getattr(command, "commands", {}).values():
+        found += walk(sub)
+    return found
+
+
+def _as_app(function: Callable[..., Any]) -> typer.Typer:
     app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
-                      rich_markup_mode=None)
-    app.command()(function)
+                      rich_markup_mode=None, context_settings=context_settings())
+    app.command(short_help=summary(function))(function)
     return app
 
 
+BUILTIN: dict[str, Callable[..., Any]] = {
+    "experiments": experiments_command, "config": config_command, "train": train_command,
+    "eval": eval_command, "export": export_command, "import": import_command,
+    "plan": plan_command, "launch": launch_command,
+}
+
+
 def build_app(host: PluginHost) -> typer.Typer:
-    app = typer.Typer(add_completion=False, no_args_is_help=True,
-                      pretty_exceptions_enable=False, rich_markup_mode=None)
+    """The ``pax`` app: the built-in commands, and a stand-in for each plugin command that
+    imports it only when it runs (``pax --help`` lists them from their registrations)."""
+    app = typer.Typer(add_completion=True, no_args_is_help=True,
+                      pretty_exceptions_enable=False, rich_markup_mode=None,
+                      context_settings=context_settings())
     app.callback()(root)
     plugins_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False,
                               rich_markup_mode=None)
     plugins_app.callback(invoke_without_command=True)(plugins_command)
-    plugins_app.command("new")(new_plugin_command)
-    app.add_typer(plugins_app, name="plugins")
-    app.command("experiments")(experiments_command)
-    app.command("config")(config_command)
-    app.command("train")(train_command)
-    app.command("eval")(eval_command)
-    app.command("export")(export_command)
-    app.command("import")(import_command)
-    app.command("plan")(plan_command)
-    # Everything after the first word of COMMAND is the command's own, options included.
-    app.command("launch", context_settings={"allow_interspersed_args": False})(launch_command)
-    builtin = {"plugins", "experiments", "config", "train", "eval", "export", "import", "plan",
-               "launch"}
+    plugins_app.command("new", short_help=summary(new_plugin_command))(new_plugin_command)
+    app.add_typer(plugins_app, name="plugins", short_help=summary(plugins_command))
+    for name, function in BUILTIN.items():
+        # Everything after the first word of COMMAND is the command's own, options included.
+        settings = {"allow_interspersed_args": False} if name == "launch" else None
+        app.command(name, short_help=summary(function), context_settings=settings)(function)
+    builtin = {"plugins", *BUILTIN}
     commands = host.components("commands")
     conflicts = commands.conflicts()
     for entry in commands:

@@ -34,6 +34,8 @@ from pax_core.cli.options import (
     RecordedExpOpt,
     RestoreStepOpt,
     SetOpt,
+    context_settings,
+    summary,
 )
 from pax_core.errors import UsageError
 
@@ -128,6 +130,8 @@ def job_command(command: Callable[..., None]) -> typer.Typer:
     run.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     run.__annotations__ = {p.name: p.annotation for p in parameters}
     run.__name__, run.__doc__ = command.__name__, command.__doc__
-    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None)
-    app.command()(run)
+
+    app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
+                      context_settings=context_settings())
+    app.command(short_help=summary(command))(run)
     return app

@@ -1,14 +1,20 @@
-"""``pax plugins`` and ``pax experiments``: tables for people, JSON for scripts."""
+"""``pax plugins``, ``pax experiments``, ``pax plan`` and ``pax config --constants``: tables
+for people, tab-separated rows for pipes, JSON for scripts.
+
+No cell is ever cut: a name that does not fit a terminal's table folds onto the next line, and
+piped output (``pax experiments | grep NAME``) is one plain row per item, so a search finds the
+whole name.
+"""
 
 from __future__ import annotations
 
 import json
-
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+import sys
+from collections.abc import Sequence
+from typing import Any
 
 from pax_core import API_VERSION, __version__
+from pax_core.errors import UsageError
 from pax_core.loggers.console import format_value
 from pax_core.plugins.host import PluginHost
 
@@ -16,7 +22,54 @@ _STATUS_STYLE = {"active": "green", "disabled": "yellow", "failed": "red",
                  "incompatible": "red"}
 
 
-def show_plugins(host: PluginHost, as_json: bool) -> None:
+def output_format(chosen: str | None, as_json: bool) -> str:
+    """The listing's format: ``--format``, ``--json`` (its older spelling), else a table on a
+    terminal and tab-separated rows in a pipe."""
+    if as_json:
+        if chosen not in (None, "json"):
+            raise UsageError(f"--json and --format {chosen} contradict each other; give one")
+        return "json"
+    if chosen is not None:
+        return chosen
+    return "table" if sys.stdout.isatty() else "tsv"
+
+
+def _cell(text: str) -> str:
+    """A table cell as one field of a tab-separated row."""
+    return " ".join(text.replace("\t", " ").split("\n")).strip() or "-"
+
+
+def print_rows(title: str, columns: Sequence[str], rows: Sequence[Sequence[str]], fmt: str, *,
+               styles: Sequence[dict[int, str]] | None = None, show_header: bool = True,
+               right: Sequence[int] = ()) -> None:
+    """``rows`` as a rich table that wraps (``fmt`` "table"), or as tab-separated lines, a
+    header line first ("tsv"). Cells are plain text; ``styles`` (one per row: column to rich
+    style) colour them in a table, ``right`` are the columns aligned right there."""
+    if fmt == "tsv":  # rich is imported for a table only: a pipe gets its rows sooner
+        if show_header:
+            print("\t".join(columns))
+        for row in rows:
+            print("\t".join(_cell(v) for v in row))
+        return
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    table = Table(title=escape(title), show_header=show_header)
+    for i, column in enumerate(columns):
+        table.add_column(column, overflow="fold", justify="right" if i in right else "left")
+    for n, row in enumerate(rows):
+        style = styles[n] if styles else {}
+        table.add_row(*(f"[{style[i]}]{escape(v)}[/{style[i]}]" if style.get(i) else escape(v)
+                        for i, v in enumerate(row)))
+    Console().print(table)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=1))
+
+
+def show_plugins(host: PluginHost, fmt: str) -> None:
     records = list(host.records.values())
     conflicts = {
         kind: {name: [e.qualified_name for e in entries]
@@ -24,70 +77,97 @@ def show_plugins(host: PluginHost, as_json: bool) -> None:
         for kind in {k for r in records for k in r.registered}
     }
     conflicts = {k: v for k, v in conflicts.items() if v}
-    if as_json:
-        print(json.dumps({"pax_core": __version__, "api_version": API_VERSION,
-                          "plugins": [r.as_json() for r in records], "conflicts": conflicts},
-                         indent=1))
+    if fmt == "json":
+        _print_json({"pax_core": __version__, "api_version": API_VERSION,
+                     "plugins": [r.as_json() for r in records], "conflicts": conflicts})
         return
-    table = Table(title=f"Pax plugins (pax-core {__version__}, plugin API {API_VERSION})")
-    for column in ("plugin", "distribution", "version", "API", "status", "hooks", "registered"):
-        table.add_column(column)
+    # A table shows a modality's long catalogue as a count and the first names; a pipe gets
+    # every name, for grep.
+    shown = 6 if fmt == "table" else None
+    rows, styles = [], []
     for r in records:
-        registered = "\n".join(_summary(kind, names) for kind, names in r.registered.items())
-        hooks = "\n".join(h.removeprefix("pax_") for h in r.hooks)
+        registered = "\n".join(_summary(kind, names, shown)
+                               for kind, names in r.registered.items())
         status = r.status if not r.reason else f"{r.status}: {r.reason}"
-        style = _STATUS_STYLE.get(r.status, "")
-        table.add_row(escape(r.name), escape(r.distribution), escape(r.version),
-                      escape(r.api) or "-", f"[{style}]{escape(status)}[/{style}]",
-                      escape(hooks) or "-", escape(registered) or "-")
-    console = Console()
-    console.print(table)
+        rows.append([r.name, r.distribution, r.version, r.api or "-", status,
+                     "\n".join(h.removeprefix("pax_") for h in r.hooks) or "-",
+                     registered or "-"])
+        styles.append({4: _STATUS_STYLE.get(r.status, "")})
+    print_rows(f"Pax plugins (pax-core {__version__}, plugin API {API_VERSION})",
+               ("plugin", "distribution", "version", "API", "status", "hooks", "registered"),
+               rows, fmt, styles=styles)
     for kind, names in conflicts.items():
         for name, owners in names.items():
-            console.print(escape(f"{kind[:-1]} '{name}' is registered by {', '.join(owners)}; "
-                                 f"name it as plugin/{name}"), style="yellow")
+            line = f"{kind[:-1]} '{name}' is registered by {', '.join(owners)}; " \
+                   f"name it as plugin/{name}"
+            if fmt == "table":
+                from rich.console import Console
+                from rich.markup import escape
+
+                Console().print(escape(line), style="yellow")
+            else:  # the rows stay rows, for whatever reads them
+                print(f"pax: {line}", file=sys.stderr)
 
 
-def _summary(kind: str, names: list[str], shown: int = 6) -> str:
-    """``kind: a, b, c``; long lists (a modality's catalogue) are cut, with a count."""
-    if len(names) <= shown:
+def _summary(kind: str, names: list[str], shown: int | None) -> str:
+    """``kind: a, b, c``; with ``shown``, a long list (a modality's catalogue) is its first
+    names and a count."""
+    if shown is None or len(names) <= shown:
         return f"{kind}: {', '.join(names)}"
     return f"{kind} ({len(names)}): {', '.join(names[:shown])}, ..."
 
 
-def show_experiments(host: PluginHost, plugin: str | None, as_json: bool) -> None:
+def show_experiments(host: PluginHost, plugin: str | None, fmt: str) -> None:
     if plugin:
         host.require(plugin)
     entries = [e for e in host.components("experiments") if plugin is None or e.plugin == plugin]
-    if as_json:
-        print(json.dumps([
+    if fmt == "json":
+        _print_json([
             {"name": e.name, "plugin": e.plugin, "target": e.component.target,
              "aliases": list(getattr(e.component, "aliases", ())), "help": e.component.help}
             for e in entries
-        ], indent=1))
+        ])
         return
-    table = Table(title="Pax experiments")
-    for column in ("experiment", "plugin", "class", "description"):
-        table.add_column(column)
-    for e in entries:
-        table.add_row(*(escape(v) for v in (e.name, e.plugin, e.component.target,
-                                              e.component.help)))
-    Console().print(table)
+    print_rows("Pax experiments", ("experiment", "plugin", "class", "description"),
+               [(e.name, e.plugin, e.component.target, e.component.help or "") for e in entries],
+               fmt)
+
+
+def show_constants(name: str, experiment: type, fmt: str) -> None:
+    """The UPPER_CASE constants of ``experiment`` that ``--set KEY=VALUE`` takes: each one's
+    value (overrides applied) and the type a new value must have."""
+    from pax_core.config.overrides import constant_types
+
+    constants = experiment.constants()
+    types = constant_types(experiment)
+    if fmt == "json":
+        _print_json({"experiment": name, "constants": [
+            {"name": key, "value": _jsonable(value), "type": types[key]}
+            for key, value in constants.items()]})
+        return
+    print_rows(f"Constants of {name} (--set NAME=VALUE)", ("constant", "value", "type"),
+               [(key, repr(value), types[key]) for key, value in constants.items()], fmt)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` itself where JSON holds it, else its Python spelling."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+    return value
 
 
 def _tera(flops: float | None) -> str:
     return "-" if flops is None else f"{flops / 1e12:,.1f}"
 
 
-def show_plan(result, as_json: bool) -> None:
+def show_plan(result, fmt: str) -> None:
     """One experiment's ``pax plan``: sizes, FLOPs and per-device memory."""
-    if as_json:
-        print(json.dumps(result.as_json(), indent=1))
+    if fmt == "json":
+        _print_json(result.as_json())
         return
     mesh = " x ".join(f"{axis} {size}" for axis, size in result.mesh.items())
-    table = Table(title=f"pax plan: {escape(result.experiment)}", show_header=False)
-    table.add_column("what")
-    table.add_column("value", justify="right")
     rows = [
         ("devices (mesh)", f"{result.devices} ({mesh})"),
         ("parameters", f"{result.params:,}"),
@@ -108,6 +188,5 @@ def show_plan(result, as_json: bool) -> None:
           for name, value in result.placement.items()),
         *(("preset", line) for line in result.presets),
     ]
-    for what, value in rows:
-        table.add_row(what, value)
-    Console().print(table)
+    print_rows(f"pax plan: {result.experiment}", ("what", "value"), rows, fmt,
+               show_header=fmt == "tsv", right=(1,))

@@ -1,7 +1,9 @@
 """The ``pax`` command.
 
 This module imports only typer and the plugin host: ``pax --help`` and ``pax plugins`` must not
-start JAX. Commands import the training machinery when they run.
+start JAX, and ``pax --help`` imports little besides typer and pluggy (``bench/cli_startup.py``
+times it). Commands import the training machinery when they run; what only a failure needs is
+imported when one happens.
 
 Exit codes: 0 success; 2 a usage or configuration mistake (one line on stderr, nothing written);
 1 a failure during a run; 128 + the signal (143 SIGTERM, 130 SIGINT) a run stopped on request,
@@ -18,14 +20,12 @@ stop_requests.catch()
 
 import signal
 import sys
-import traceback
 
 import typer
 
 from pax_core.cli import app as app_module
 from pax_core.cli import pax_flags
 from pax_core.errors import PaxError
-from pax_core.parallel import processes as distributed
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.run.logfile import report_background_failures
 
@@ -50,11 +50,18 @@ def _global_options(argv: list[str]) -> dict[str, str]:
     return found
 
 
+def _exit(code: int) -> None:
+    """End the process with ``code``, without waiting long for a multi-process run's others."""
+    from pax_core.parallel import processes
+
+    processes.exit_after_failure(code)
+
+
 def _stopped() -> None:
     """A stop request that ended the command before a run's loop took signals over."""
     signum = stop_requests.requested() or signal.SIGINT
     typer.echo(f"pax: stopped on request ({signal.Signals(signum).name})", err=True)
-    distributed.exit_after_failure(128 + signum)
+    _exit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -76,12 +83,14 @@ def main(argv: list[str] | None = None) -> None:
         raise
     except PaxError as e:
         typer.echo(f"pax: {e.label}{e}", err=True)
-        distributed.exit_after_failure(e.exit_code)
+        _exit(e.exit_code)
     except Exception:
+        import traceback
+
         if stop_requests.requested():  # what the interrupted code made of the request
             _stopped()
         traceback.print_exc()
-        distributed.exit_after_failure(1)
+        _exit(1)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,11 @@ A plugin command that takes a job directory or an experiment declares its parame
 
 from __future__ import annotations
 
+import inspect
 import re
-from typing import Annotated
+import shutil
+from collections.abc import Callable
+from typing import Annotated, Any
 
 import typer
 
@@ -56,6 +59,21 @@ PlatformOpt = Annotated[str | None, typer.Option(
     "--platform", metavar="PLATFORM",
     help="cpu, gpu or tpu; default: JAX_PLATFORMS, else what JAX finds.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON for scripts.")]
+FORMATS = ("table", "tsv", "json")
+
+
+def checked_format(value: str | None) -> str | None:
+    """``--format``'s value, one of ``FORMATS``; anything else is a usage mistake (exit 2)."""
+    if value is not None and value not in FORMATS:
+        raise UsageError(f"--format {value}: expected one of {', '.join(FORMATS)}")
+    return value
+
+
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", metavar="table|tsv|json", callback=checked_format,
+    help="table, tsv or json; default: a table on a terminal, tab-separated rows (a header "
+    "line first) when the output is piped or redirected.")]
+JsonAliasOpt = Annotated[bool, typer.Option("--json", help="Same as --format json.")]
 RestoreStepOpt = Annotated[int | None, typer.Option(
     "--restore-checkpoint-step", metavar="STEP", min=0,
     help="Use the checkpoint of this step instead of the latest (Pax's "
@@ -71,3 +89,16 @@ NumProcessesOpt = Annotated[str | None, typer.Option(
 ProcessIdOpt = Annotated[str | None, typer.Option(
     "--process-id", metavar="I",
     help="Multi-process run: this process's index, 0 to N-1. Same as PAX_PROCESS_ID.")]
+
+
+def context_settings() -> dict[str, Any]:
+    """What every ``pax`` command's context starts from: ``-h`` beside ``--help``, and help as
+    wide as the terminal (``COLUMNS`` where set) rather than click's 80 columns."""
+    return {"help_option_names": ["-h", "--help"],
+            "max_content_width": shutil.get_terminal_size().columns}
+
+
+def summary(function: Callable[..., Any]) -> str:
+    """A command's one-line summary in ``pax --help``: the first paragraph of its docstring,
+    whole (click would cut it to fit 45 columns at 80)."""
+    return " ".join(inspect.cleandoc(function.__doc__ or "").split("\n\n")[0].split())

@@ -1,5 +1,6 @@
 """What ``pax train`` and ``pax eval`` do, apart from parsing the command line (``pax eval
---harness`` finds here which plugin's harness evaluates a job).
+--harness`` finds here which plugin's harness evaluates a job). ``run_training`` returns how a
+training ended, for ``pax_core.train`` (``pax_core.api``); ``pax train`` keeps its status.
 
 Order matters: everything a user can get wrong (experiment name, overrides, component names,
 mesh and batch sizes, a checkpoint that does not fit the config) is checked before the job
@@ -9,8 +10,10 @@ directory's record is written.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 
@@ -21,6 +24,7 @@ from pax_core.config.resolve import ResolvedExperiment, choose_experiment, confi
 from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
 from pax_core.loggers import LoggerGroup
+from pax_core.loggers.base import Logger
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
@@ -80,13 +84,49 @@ def _locked(job_dir: JobDir, primary: bool) -> Iterator[None]:
         yield
 
 
+@dataclasses.dataclass(frozen=True)
+class Trained:
+    """How a training ended: its ``status`` (``completed``), the ``step`` it reached, and the
+    last train summary and eval results it logged (empty where it logged none: a job trained
+    to its end in an earlier run, a process other than 0)."""
+
+    status: str
+    step: int
+    train_metrics: dict[str, float]
+    eval_metrics: dict[str, dict[str, float]]
+
+
+class _Latest(Logger):
+    """Keeps the last train summary and each eval dataset's last results in memory, for the
+    caller of ``run_training``."""
+
+    def __init__(self) -> None:
+        super().__init__("")
+        self.train: dict[str, float] = {}
+        self.evals: dict[str, dict[str, float]] = {}
+
+    def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
+        if kind == "train":
+            self.train = dict(metrics)
+        elif kind.startswith("eval/"):
+            self.evals[kind.removeprefix("eval/")] = dict(metrics)
+
+
 def train(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],
-          job_dir: str,
-          platform: str | None = None, distributed: DistributedOptions | None = None,
-          peak_tflops: float | None = None, profile_steps: tuple[int, int] | None = None,
-          restore_step: int | None = None, evaluate: bool = True,
-          config_file: str | None = None) -> str:
-    """Train (or resume) ``exp`` in ``job_dir``; returns the final status. Without ``exp``
+          job_dir: str, **options: Any) -> str:
+    """``pax train``: ``run_training``'s final status."""
+    return run_training(host, exp=exp, plugin=plugin, set_items=set_items, job_dir=job_dir,
+                        **options).status
+
+
+def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
+                 set_items: list[str], job_dir: str,
+                 platform: str | None = None, distributed: DistributedOptions | None = None,
+                 peak_tflops: float | None = None,
+                 profile_steps: tuple[int, int] | None = None,
+                 restore_step: int | None = None, evaluate: bool = True,
+                 config_file: str | None = None) -> Trained:
+    """Train (or resume) ``exp`` in ``job_dir``; returns how it ended. Without ``exp``
     the job's recorded experiment, overrides (before ``set_items``) and config file are used,
     as readers of a job do: a job ``pax import`` made trains as it is.
 
@@ -110,11 +150,12 @@ def train(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: l
     if not jd.remote:  # a local one is made only once everything else is checked
         jd.create()
     primary = jax.process_index() == 0
+    latest = _Latest()
     try:
         with _locked(jd, primary), library_logs(jd.path, jax.process_index()):
             status, step, signum = _train_locked(
                 host, run, jd, primary, TrainLoopOptions(peak_tflops, profile_steps, evaluate),
-                restore_step, config_file)
+                restore_step, config_file, latest)
     except PaxError:
         raise
     except Exception as e:
@@ -126,13 +167,14 @@ def train(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: l
     if status == "interrupted":
         raise Stopped(f"stopped on request ({signal.Signals(signum).name}) at step {step}; the "
                       f"checkpoint is saved: run the same command to resume", signum)
-    return status
+    return Trained(status, step, latest.train, latest.evals)
 
 
 def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
-                  options: TrainLoopOptions, restore_step: int | None, config_file: str | None
-                  ) -> tuple[str, int, int]:
-    """Restore or start, record the invocation, train; returns (status, step, stop signal)."""
+                  options: TrainLoopOptions, restore_step: int | None, config_file: str | None,
+                  latest: Logger) -> tuple[str, int, int]:
+    """Restore or start, record the invocation, train (``latest`` beside the run's loggers on
+    process 0); returns (status, step, stop signal)."""
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     status, step = "failed", 0
     try:
@@ -166,7 +208,8 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                       extra={"config_file": config_file} if config_file else None)
         info = RunInfo(run.resolved.name, str(jd.path), total, step, jax.process_index(),
                        jax.process_count())
-        loggers = LoggerGroup([e.build(str(jd.path)) for e in run.loggers] if primary else [])
+        loggers = LoggerGroup([*(e.build(str(jd.path)) for e in run.loggers), latest]
+                              if primary else [])
         # The loop takes the state out of ``start``: a name here would keep the first state
         # alive beside every later one, a whole model and optimizer state more in memory.
         start = [state]

@@ -139,13 +139,34 @@ def _typed_value(ov: Override, current: Any, annotation: Any = Any) -> Any:
     return _like(value, current)
 
 
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls)
+    except Exception:  # an annotation naming what the experiment's module does not import
+        return {}
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is Any:
+        return "any"
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        return annotation.__name__
+    return str(annotation).replace("typing.", "")
+
+
+def constant_types(cls: type) -> dict[str, str]:
+    """The type a ``--set`` value of each constant of experiment ``cls`` must have: its
+    annotation, else the type of its value (what ``apply_constants`` checks against)."""
+    hints = _hints(cls)
+    return {key: _type_name(hints[key] if hints.get(key, Any) is not Any
+                            else _annotation_of_current(value))
+            for key, value in cls.constants().items()}
+
+
 def apply_constants(cls: type, overrides: list[Override]) -> type:
     """A subclass of experiment ``cls`` with the constants replaced."""
     constants = cls.constants()
-    try:
-        hints = typing.get_type_hints(cls)
-    except Exception:
-        hints = {}
+    hints = _hints(cls)
     attrs: dict[str, Any] = {}
     aliases = cls.aliases()
     for ov in overrides:

@@ -11,9 +11,8 @@ a run records them, and the processes of a multi-process run compare them.
 from __future__ import annotations
 
 import importlib.metadata
-
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
-from packaging.version import Version
+import operator
+import re
 
 from pax_core import API_VERSION
 
@@ -33,16 +32,45 @@ def declared_range(plugin: object) -> str:
     return value
 
 
+_CLAUSE = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*(\d+(?:\.\d+)*)\s*")
+_COMPARE = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne,
+            ">": operator.gt, "<": operator.lt}
+
+
+def _release(text: str, length: int) -> tuple[int, ...]:
+    parts = [int(p) for p in text.split(".")]
+    return tuple(parts + [0] * (length - len(parts)))
+
+
+def _plain_range_contains(declared: str, version: str) -> bool | None:
+    """Whether release ``version`` is in ``declared`` when each of its clauses compares with a
+    release number (``>=1.16,<2``: every plugin's range), which is PEP 440's comparison of the
+    releases padded with zeros; None for any other specifier. Saves ``pax --help`` importing
+    ``packaging``, a tenth of its time."""
+    clauses = [_CLAUSE.fullmatch(c) for c in declared.split(",")]
+    if not all(clauses):
+        return None
+    length = max(len(c[2].split(".")) for c in clauses)
+    length = max(length, len(version.split(".")))
+    return all(_COMPARE[c[1]](_release(version, length), _release(c[2], length))
+               for c in clauses)
+
+
 def check_compatible(declared: str) -> None:
     """Refuse a declared range that does not contain ``API_VERSION`` ("" accepts any)."""
     if not declared:
         return
-    try:
-        spec = SpecifierSet(declared)
-    except InvalidSpecifier:
-        raise TypeError(f"PAX_API {declared!r} is not a version specifier such as "
-                        f"'>=1.0,<2'") from None
-    if Version(API_VERSION) not in spec:
+    inside = _plain_range_contains(declared, API_VERSION)
+    if inside is None:
+        from packaging.specifiers import InvalidSpecifier, SpecifierSet
+        from packaging.version import Version
+
+        try:
+            inside = Version(API_VERSION) in SpecifierSet(declared)
+        except InvalidSpecifier:
+            raise TypeError(f"PAX_API {declared!r} is not a version specifier such as "
+                            f"'>=1.0,<2'") from None
+    if not inside:
         raise IncompatiblePlugin(f"built for pax API {declared}, but this pax-core provides "
                                  f"API {API_VERSION}")
 

@@ -73,6 +73,33 @@ def accelerator_platform(platform: str | None) -> str | None:
     return backend_platform(platform_name(platform))
 
 
+# What to install for each accelerator platform JAX can be asked for.
+_CUDA = ("install JAX's CUDA build (pip install -U 'jax[cuda12]', with pax-gpu for the GPU "
+         "backend's settings)")
+_INSTALL = {
+    "gpu": _CUDA,
+    "cuda": _CUDA,
+    "rocm": "install JAX's ROCm build (pip install -U 'jax[rocm]')",
+    "tpu": "install JAX's TPU build on a TPU VM (pip install -U 'jax[tpu]')",
+}
+
+
+def _unavailable(name: str | None, platform: str | None, error: RuntimeError) -> str:
+    """One line for a platform JAX cannot start: where it was asked for, what JAX has instead,
+    and what to do about it."""
+    asked = (f"--platform {platform}" if platform
+             else f"JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')}")
+    remedy = _INSTALL.get(name or "", "")
+    try:  # what this process has, unless the platforms JAX was restricted to failed too
+        present = sorted({d.platform for d in jax.devices()}) if platform else []
+    except RuntimeError:
+        present = []
+    instead = (f"; or run on {', '.join(present)} here with --platform {present[0]}"
+               if present else "; or drop the setting to use what JAX finds")
+    return (f"{asked}: no {name} devices here ({str(error).splitlines()[0]})"
+            + (f"; {remedy}" if remedy else "") + instead)
+
+
 def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
                   distributed: DistributedOptions | None = None) -> Runtime:
     """Join the run's other processes, apply presets, start JAX, and check the devices.
@@ -100,8 +127,7 @@ def start_runtime(host: PluginHost, platform: str | None, experiment: Any,
     try:
         devices = jax.devices(name) if name else jax.devices()
     except RuntimeError as e:
-        raise UsageError(f"platform '{name}' is not available here: "
-                         f"{str(e).splitlines()[0]}") from e
+        raise UsageError(_unavailable(name, platform, e)) from e
     detected = backend_platform(devices[0].platform)
     if detected in prepared:
         prepared[detected].check(devices)

@@ -1,5 +1,6 @@
 """Language modelling for Pax: the LM task, text inputs and tokenizers, decoding, and Pax's LM
-experiment catalogue under Pax's names.
+experiment catalogue under Pax's names; ``load`` restores a job for decoding and scoring from
+Python (``pax_lm.api``).
 
 The names below are pax-lm's public face, for other packages and for users' own experiments;
 each is imported on first use (PEP 562), so that ``pax plugins`` (which imports
@@ -33,6 +34,9 @@ _EXPORTS = {
     "beam_search": "pax_lm.inference.beam",
     "Scorer": "pax_lm.scoring",
     "Score": "pax_lm.scoring",
+    "load": "pax_lm.api",
+    "LmJob": "pax_lm.api",
+    "Continuation": "pax_lm.api",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__ = public_face(__name__, _EXPORTS)

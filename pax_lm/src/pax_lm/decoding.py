@@ -5,7 +5,9 @@ then top-k, then top-p filtering), its seed, and what stops it (token ids, strin
 functions below draw the next token for a whole batch at once with every row's settings its
 own, so that rows of different requests share one compiled step (``pax_lm.inference``); each
 row's random key comes from its own seed and the position of the token it draws, never from
-the batch, so a request draws the same tokens whatever else is decoded beside it.
+the batch, so a request draws the same tokens whatever else is decoded beside it. ``prompt_ids``
+and ``until_eos`` say how every text interface (``pax decode``, ``pax serve``, ``pax_lm.load``)
+turns a text prompt into a request.
 """
 
 from __future__ import annotations
@@ -62,6 +64,17 @@ class SamplingSettings:
             raise UsageError(f"stop_ids must be token ids, got {list(self.stop_ids)!r}")
 
 
+def prompt_ids(tokenizer: Any, text: str) -> list[int]:
+    """The tokens a text prompt is continued from: training saw every document as
+    ``[bos, text, eos]``, so a prompt starts a document the same way."""
+    return [tokenizer.bos_id, *tokenizer.encode(text)]
+
+
+def until_eos(settings: Any, tokenizer: Any) -> Any:
+    """``settings`` (``SamplingSettings``) that also stop at the tokenizer's eos."""
+    return dataclasses.replace(settings, stop_ids=(*settings.stop_ids, tokenizer.eos_id))
+
+
 def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
@@ -105,9 +118,15 @@ def row_keys(seeds: jax.Array, positions: jax.Array) -> jax.Array:
 def sample(logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_k: jax.Array,
            top_p: jax.Array) -> jax.Array:
     """The next token of each row ([B] int32) from its logits [B, V], with its own key [B, 2],
-    temperature, top_k and top_p ([B] each): argmax where the temperature is 0."""
-    greedy = jnp.argmax(logits, axis=-1)
-    scale = jnp.where(temperature > 0, temperature, 1.0)[:, None]
-    filtered = filter_logits(logits / scale, top_k, top_p)
-    drawn = jax.vmap(jax.random.categorical)(keys, filtered)
-    return jnp.where(temperature > 0, drawn, greedy).astype(jnp.int32)
+    temperature, top_k and top_p ([B] each): argmax where the temperature is 0. A batch of
+    greedy rows only skips the filtering, whose sort over the vocabulary costs as much as a
+    small model's step."""
+    greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+
+    def drawn() -> jax.Array:
+        scale = jnp.where(temperature > 0, temperature, 1.0)[:, None]
+        filtered = filter_logits(logits / scale, top_k, top_p)
+        tokens = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
+        return jnp.where(temperature > 0, tokens, greedy)
+
+    return jax.lax.cond(jnp.any(temperature > 0), drawn, lambda: greedy)

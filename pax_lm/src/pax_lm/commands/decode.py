@@ -36,6 +36,7 @@ import typer
 
 from pax_core import JobRequest, UsageError, job_command
 from pax_lm.commands.lm_jobs import check_output, restore_lm, written_whole
+from pax_lm.decoding import prompt_ids, until_eos
 from pax_lm.quantization import MODES
 
 LINE_KEYS = ("prompt", "max_tokens", "temperature", "top_k", "top_p", "seed", "stop")
@@ -168,15 +169,6 @@ def read_prompts(path: Path, defaults: Any, searched: bool = False
     return lines
 
 
-def _prompt_ids(tokenizer: Any, text: str) -> list[int]:
-    # Training saw every document as [bos, text, eos]: a prompt starts a document the same way.
-    return [tokenizer.bos_id, *tokenizer.encode(text)]
-
-
-def _with_eos(settings: Any, tokenizer: Any) -> Any:
-    return dataclasses.replace(settings, stop_ids=(*settings.stop_ids, tokenizer.eos_id))
-
-
 def _searched(searcher: Any, ids: list[int], settings: Any, alpha: float, tokenizer: Any
               ) -> dict[str, Any]:
     """The best hypothesis of a beam search as an output line's fields (eos not in its text
@@ -195,11 +187,11 @@ def _continue_one(job: JobRequest, prompt: str, settings: Any, beam: tuple[int, 
     from pax_lm.inference import Batcher, BeamSearch, Engine, Request
 
     restored, tokenizer, decoder, variables = restore_lm(job, mode)
-    ids = _prompt_ids(tokenizer, prompt)
+    ids = prompt_ids(tokenizer, prompt)
     notes = []
     if beam is None:
         batcher = Batcher(Engine(decoder, variables, slots=1), tokenizer.decode)
-        [done] = batcher.run([Request(ids, _with_eos(settings, tokenizer))])
+        [done] = batcher.run([Request(ids, until_eos(settings, tokenizer))])
         text, tokens = done.text, len(done.tokens)
     else:
         found = _searched(BeamSearch(decoder, variables, beam[0]), ids, settings, beam[1],
@@ -227,7 +219,7 @@ def _decode_file(job: JobRequest, path: Path, lines: list[tuple[int, str, Any]],
               else BeamSearch(decoder, variables, beam[0]))
     prompt_ids = []
     for number, text, _ in lines:
-        ids = _prompt_ids(tokenizer, text)
+        ids = prompt_ids(tokenizer, text)
         try:
             runner.check_prompt(ids)
         except UsageError as e:
@@ -237,7 +229,7 @@ def _decode_file(job: JobRequest, path: Path, lines: list[tuple[int, str, Any]],
         batcher = Batcher(runner, tokenizer.decode)
         found = ({"completion": done.text, "tokens": len(done.tokens),
                   "finish_reason": done.finish_reason} for done in batcher.run(
-            Request(ids, _with_eos(settings, tokenizer))
+            Request(ids, until_eos(settings, tokenizer))
             for ids, (_, _, settings) in zip(prompt_ids, lines, strict=True)))
         how = f"{batch_size} at once"
     else:

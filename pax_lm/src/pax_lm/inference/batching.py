@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+import numpy as np
+
 from pax_lm.decoding import SamplingSettings
 from pax_lm.inference.engine import Engine
 
@@ -64,11 +66,14 @@ class Batcher:
         self._ids = itertools.count()
         self._waiting: deque[_Active] = deque()
         self._running: dict[int, _Active] = {}  # by slot
+        # The step started and not yet read: its tokens (on the device) and the requests that
+        # held its slots.
+        self._ahead: tuple[Any, dict[int, int]] | None = None
 
     @property
     def busy(self) -> bool:
-        """Whether a request is waiting or decoding."""
-        return bool(self._waiting or self._running)
+        """Whether a request is waiting or decoding, or a step's tokens are still to read."""
+        return bool(self._waiting or self._running or self._ahead)
 
     def submit(self, request: Request) -> int:
         """Queue ``request`` (refused now if its prompt does not fit); its id."""
@@ -108,8 +113,13 @@ class Batcher:
         return False
 
     def step(self) -> list[Completion]:
-        """Admit waiting requests into free slots, then advance every slot one token; the
-        requests that ended, in the order they did."""
+        """Admit waiting requests into free slots, start the next step of every slot, and take
+        the tokens of the step started before; the requests that ended, in the order they did.
+
+        The device computes one step ahead of the host: the tokens a step drew are read while
+        the next one runs, so checking them for stops never keeps the device waiting. A request
+        that ends has had one more token computed for it, which is dropped (a step's tokens
+        are taken only for the requests that held their slots when it started)."""
         done = []
         while self._waiting and self.engine.free_slots:
             active = self._waiting.popleft()
@@ -120,14 +130,23 @@ class Batcher:
             else:
                 active.slot = self.engine.insert(prefilled)
                 self._running[active.slot] = active
+        started = None
         if self._running:
-            tokens = self.engine.generate()
-            for slot, active in list(self._running.items()):
+            started = (self.engine.dispatch(),
+                       {slot: active.request_id for slot, active in self._running.items()})
+        if self._ahead is not None:
+            tokens, holders = self._ahead
+            tokens = np.asarray(tokens)
+            for slot, request_id in holders.items():
+                active = self._running.get(slot)
+                if active is None or active.request_id != request_id:
+                    continue  # it ended (or was cancelled) after the step started
                 finished = self._advance(active, int(tokens[slot]))
                 if finished:
                     del self._running[slot]
                     self.engine.free(slot)
                     done.append(finished)
+        self._ahead = started
         return done
 
     def run(self, requests: Iterable[Request]) -> Iterator[Completion]:

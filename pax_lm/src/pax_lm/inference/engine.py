@@ -132,8 +132,13 @@ class Engine:
     def generate(self) -> np.ndarray:
         """One step of every slot: the token each drew ([slots]; a free slot's means
         nothing)."""
+        return np.asarray(self.dispatch())
+
+    def dispatch(self) -> jax.Array:
+        """Start one step of every slot and return at once: the tokens it draws, still on the
+        device (reading them waits for the step). Steps run in the order started."""
         self._state, tokens = self._generate(self.variables, self._state)
-        return np.asarray(tokens)
+        return tokens
 
     def compilations(self) -> dict[str, int]:
         """How many programs each of the engine's calls has compiled: ``prefill`` one a
@@ -164,8 +169,9 @@ class Engine:
         index = mutated["cache"]["index"]  # the position of the token drawn now
         tokens = sample(logits[:, 0], row_keys(state["seed"], index), state["temperature"],
                         state["top_k"], state["top_p"])
-        # A free slot keeps stepping: hold its index inside the cache. A slot in use never
-        # gets here (its request ends when its last token fills the cache).
+        # A free slot keeps stepping: hold its index inside the cache. So does a request's one
+        # step past its end (the Batcher reads a step's tokens while the next one runs), which
+        # may be one past its last position; what it writes there is never read.
         cache = {**mutated["cache"], "index": jnp.minimum(index, self.max_seq_len - 1)}
         return {**state, "cache": cache, "tokens": tokens}, tokens
 

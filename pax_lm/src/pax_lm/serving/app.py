@@ -23,6 +23,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from pax_core import UsageError
+from pax_lm.decoding import prompt_ids, until_eos
 from pax_lm.inference import Request as DecodeRequest
 from pax_lm.serving.protocol import (
     COMPLETIONS_MAX_TOKENS,
@@ -112,9 +113,7 @@ def create_app(model: ServedModel, service: DecodeService, api_key: str | None =
         _check_model(model, body.model)
         prompts = _usage(body.prompts)
         settings = _usage(lambda: body.settings(COMPLETIONS_MAX_TOKENS, model.max_tokens_limit))
-        eos = model.tokenizer.eos_id
-        requests = [_request(service, model, [model.tokenizer.bos_id,
-                                               *model.tokenizer.encode(p)], settings, eos)
+        requests = [_request(service, model, prompt_ids(model.tokenizer, p), settings)
                     for p in prompts]
         echo = prompts if body.echo else [""] * len(prompts)
         if body.stream:
@@ -134,7 +133,7 @@ def create_app(model: ServedModel, service: DecodeService, api_key: str | None =
         room = max(model.max_seq_len - len(prompt), 1)
         settings = _usage(lambda: body.settings(min(room, model.max_tokens_limit),
                                                 model.max_tokens_limit))
-        request = _request(service, model, prompt, settings, model.tokenizer.eos_id)
+        request = _request(service, model, prompt, settings)
         if body.stream:
             return _streamed(service, request, ChunkWriter(True, model.name), body, "")
         [done] = await _completions(service, [request])
@@ -152,16 +151,15 @@ def _usage(make: Any) -> Any:
         raise ApiError(400, str(e)) from None
 
 
-def _request(service: DecodeService, model: ServedModel, prompt: list[int], settings: Any,
-             eos_id: int) -> DecodeRequest:
+def _request(service: DecodeService, model: ServedModel, prompt: list[int], settings: Any
+             ) -> DecodeRequest:
     """A decoding request that stops at eos; a prompt the model cannot continue is a 400."""
     try:
         service.batcher.engine.check_prompt(prompt)
     except UsageError as e:
         raise ApiError(400, f"{e} (the prompt as the model reads it, with its bos token or "
                             f"chat template)", code="context_length_exceeded") from None
-    return DecodeRequest(prompt, dataclasses.replace(settings,
-                                                     stop_ids=(*settings.stop_ids, eos_id)))
+    return DecodeRequest(prompt, until_eos(settings, model.tokenizer))
 
 
 def _submit(service: DecodeService, request: DecodeRequest, stream: bool) -> Stream:
