@@ -17,7 +17,7 @@ from pax_core.testing import isolated_host, run_pax, train
 from pax_lm import Batcher, Engine, Request, SamplingSettings
 from pax_lm.commands.decode import read_prompts
 from pax_lm.commands.lm_jobs import written_whole
-from pax_lm.decoding import row_keys, sample
+from pax_lm.decoding import sample
 from pax_transformer import TransformerLm
 
 TINY = dict(vocab_size=48, num_layers=2, model_dims=32, hidden_dims=64, num_heads=4,
@@ -103,8 +103,8 @@ def test_each_row_samples_within_its_own_top_k_and_top_p():
     top_k = jnp.asarray([1, 3, 0, 0], jnp.int32)
     top_p = jnp.asarray([1.0, 1.0, 0.6, 1.0], jnp.float32)
     temperature = jnp.asarray([1.0, 1.0, 1.0, 0.0], jnp.float32)
-    draw = jax.jit(lambda position: sample(logits, row_keys(
-        jnp.arange(4, dtype=jnp.uint32), jnp.full((4,), position)), temperature, top_k, top_p))
+    draw = jax.jit(lambda position: sample(logits, jnp.arange(4, dtype=jnp.uint32),
+                                           jnp.full((4,), position), temperature, top_k, top_p))
     drawn = np.stack([draw(p) for p in range(200)])
     assert set(drawn[:, 0]) == {0}  # top-1
     assert set(drawn[:, 1]) == {0, 1, 2}  # top-3

@@ -115,17 +115,18 @@ def row_keys(seeds: jax.Array, positions: jax.Array) -> jax.Array:
     return jax.vmap(lambda s, p: jax.random.fold_in(jax.random.PRNGKey(s), p))(seeds, positions)
 
 
-def sample(logits: jax.Array, keys: jax.Array, temperature: jax.Array, top_k: jax.Array,
-           top_p: jax.Array) -> jax.Array:
-    """The next token of each row ([B] int32) from its logits [B, V], with its own key [B, 2],
-    temperature, top_k and top_p ([B] each): argmax where the temperature is 0. A batch of
-    greedy rows only skips the filtering, whose sort over the vocabulary costs as much as a
-    small model's step."""
+def sample(logits: jax.Array, seeds: jax.Array, positions: jax.Array, temperature: jax.Array,
+           top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """The next token of each row ([B] int32) from its logits [B, V], with its own seed and
+    the position it draws at (its key: ``row_keys``), temperature, top_k and top_p ([B] each):
+    argmax where the temperature is 0. A batch of greedy rows only skips the keys and the
+    filtering, whose sort over the vocabulary costs as much as a small model's step."""
     greedy = jnp.argmax(logits, axis=-1).astype(jnp.int32)
 
     def drawn() -> jax.Array:
         scale = jnp.where(temperature > 0, temperature, 1.0)[:, None]
         filtered = filter_logits(logits / scale, top_k, top_p)
+        keys = row_keys(seeds, positions)
         tokens = jax.vmap(jax.random.categorical)(keys, filtered).astype(jnp.int32)
         return jnp.where(temperature > 0, tokens, greedy)
 

@@ -217,24 +217,24 @@ def _decode_file(job: JobRequest, path: Path, lines: list[tuple[int, str, Any]],
     restored, tokenizer, decoder, variables = restore_lm(job, mode)
     runner = (Engine(decoder, variables, slots=batch_size) if beam is None
               else BeamSearch(decoder, variables, beam[0]))
-    prompt_ids = []
+    encoded = []
     for number, text, _ in lines:
         ids = prompt_ids(tokenizer, text)
         try:
             runner.check_prompt(ids)
         except UsageError as e:
             raise UsageError(f"{path}:{number}: {e} (the bos token included)") from None
-        prompt_ids.append(ids)
+        encoded.append(ids)
     if beam is None:
         batcher = Batcher(runner, tokenizer.decode)
         found = ({"completion": done.text, "tokens": len(done.tokens),
                   "finish_reason": done.finish_reason} for done in batcher.run(
             Request(ids, until_eos(settings, tokenizer))
-            for ids, (_, _, settings) in zip(prompt_ids, lines, strict=True)))
+            for ids, (_, _, settings) in zip(encoded, lines, strict=True)))
         how = f"{batch_size} at once"
     else:
         found = (_searched(runner, ids, settings, beam[1], tokenizer)
-                 for ids, (_, _, settings) in zip(prompt_ids, lines, strict=True))
+                 for ids, (_, _, settings) in zip(encoded, lines, strict=True))
         how = f"beams of {beam[0]}"
     start, generated = time.perf_counter(), 0
     with written_whole(output, jax.process_index() == 0) as f:

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pax_core import UsageError
-from pax_lm.decoding import SamplingSettings, row_keys, sample
+from pax_lm.decoding import SamplingSettings, sample
 from pax_lm.inference.cache import cache_shapes, row_axes, state_placement
 
 SMALLEST_BUCKET = 16
@@ -156,8 +156,8 @@ class Engine:
                                              mutable=["cache"])
         cache = {**mutated["cache"], "index": jnp.reshape(length, (1,))}
         last = jax.lax.dynamic_slice_in_dim(logits[0], length - 1, 1)
-        token = sample(last, row_keys(settings["seed"], cache["index"]),
-                       settings["temperature"], settings["top_k"], settings["top_p"])
+        token = sample(last, settings["seed"], cache["index"], settings["temperature"],
+                       settings["top_k"], settings["top_p"])
         return {"cache": cache, "tokens": token, **settings}
 
     def _step(self, variables: dict[str, Any], state: dict[str, Any]
@@ -167,7 +167,7 @@ class Engine:
                                              state["tokens"][:, None], decode=True,
                                              mutable=["cache"])
         index = mutated["cache"]["index"]  # the position of the token drawn now
-        tokens = sample(logits[:, 0], row_keys(state["seed"], index), state["temperature"],
+        tokens = sample(logits[:, 0], state["seed"], index, state["temperature"],
                         state["top_k"], state["top_p"])
         # A free slot keeps stepping: hold its index inside the cache. So does a request's one
         # step past its end (the Batcher reads a step's tokens while the next one runs), which
