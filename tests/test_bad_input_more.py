@@ -27,16 +27,38 @@ def _one_line(result: subprocess.CompletedProcess, code: int = 2) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--devices", "0"], "pax: error: --devices must be 1 or more, got 0"),
-    (["--devices", "-3"], "pax: error: --devices must be 1 or more, got -3"),
-    (["--hbm-gib", "-1"], "pax: error: --hbm-gib must be a finite number above 0, got -1.0"),
-    (["--hbm-gib", "0"], "pax: error: --hbm-gib must be a finite number above 0, got 0.0"),
-    (["--hbm-gib", "nan"], "pax: error: --hbm-gib must be a finite number above 0, got nan"),
-    (["--hbm-gib", "inf"], "pax: error: --hbm-gib must be a finite number above 0, got inf"),
-])
+IMPOSSIBLE_SIZES = [
+    (["--devices", "0"], "--devices must be 1 or more, got 0"),
+    (["--devices", "-3"], "--devices must be 1 or more, got -3"),
+    (["--hbm-gib", "-1"], "--hbm-gib must be a finite number above 0, got -1.0"),
+    (["--hbm-gib", "0"], "--hbm-gib must be a finite number above 0, got 0.0"),
+    (["--hbm-gib", "nan"], "--hbm-gib must be a finite number above 0, got nan"),
+    (["--hbm-gib", "inf"], "--hbm-gib must be a finite number above 0, got inf"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), [IMPOSSIBLE_SIZES[0], IMPOSSIBLE_SIZES[4]],
+                         ids=["devices", "hbm-gib"])
 def test_plan_refuses_impossible_sizes(args, message):
-    assert _one_line(run_pax("plan", *MLP, *args, timeout=60)) == message
+    """One size of each option through the ``pax`` command: one line, exit 2."""
+    assert _one_line(run_pax("plan", *MLP, *args, timeout=60)) == f"pax: error: {message}"
+
+
+def test_plan_refuses_each_impossible_size_before_planning():
+    """Every impossible size, through pax's own app in this process (typer's runner): the usage
+    error that the ``pax`` command prints in one line and exits 2 with (the test above)."""
+    from typer.testing import CliRunner
+
+    from pax_core.cli.app import build_app
+    from pax_core.errors import UsageError
+    from pax_core.testing import isolated_host
+
+    host = isolated_host()
+    app = build_app(host)
+    for args, message in IMPOSSIBLE_SIZES:
+        result = CliRunner().invoke(app, ["plan", *MLP, *args], obj=host)
+        assert isinstance(result.exception, UsageError), (args, result.output, result.exception)
+        assert (str(result.exception), result.exception.exit_code) == (message, 2)
 
 
 @pytest.mark.parametrize("command", [

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pax_core.testing import run_pax
+from pax_core.errors import UsageError
+from pax_core.testing import isolated_host, run_pax, train
 
 pytestmark = pytest.mark.slow
 
@@ -33,10 +34,23 @@ def test_one_every_interval_of_time_is_kept_besides_the_newest(tmp_path):
     assert _train(tmp_path, "--set", "task.train.save_keep_interval_duration='1d'") == [1, 11, 12]
 
 
-@pytest.mark.parametrize("value", ["'12x'", "'h'", "'-1h'"])
-def test_a_duration_that_does_not_read_is_refused(tmp_path, value):
+def test_a_duration_that_does_not_read_is_refused(tmp_path):
+    """Through the ``pax`` command; every kind of bad duration is the next test's."""
     result = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(tmp_path / "job"),
-                     "--set", f"task.train.save_keep_interval_duration={value}")
+                     "--set", "task.train.save_keep_interval_duration='12x'")
     assert result.returncode == 2
     assert "save_keep_interval_duration must be" in result.stderr
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("value", ["'12x'", "'h'", "'-1h'"])
+def test_each_duration_that_does_not_read_is_refused(tmp_path, capfd, value):
+    """``pax train`` in this process: the usage error (exit 2) that the command prints as its
+    one line, and nothing else said (the test above)."""
+    with pytest.raises(UsageError) as refused:
+        train(isolated_host(), exp="MlpSynthetic", plugin=None, job_dir=str(tmp_path / "job"),
+              set_items=[f"task.train.save_keep_interval_duration={value}"])
+    assert "save_keep_interval_duration must be" in str(refused.value)
+    assert "\n" not in str(refused.value) and refused.value.exit_code == 2
+    assert capfd.readouterr().err == ""
     assert not (tmp_path / "job").exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from pax_core.errors import RunError
+from pax_core.errors import RunError, UsageError
 from pax_core.testing import isolated_host, read_metrics, run_pax, train
 
 LONG = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=1000000"]
@@ -199,12 +199,25 @@ def test_a_skipped_step_leaves_the_state_as_it_was(tmp_path, poisoned):
 # Bad settings: one line, exit 2, nothing written.
 
 
-@pytest.mark.parametrize("value", ["1e999", "-1e999", "-1e-3", "0"])
-def test_a_learning_rate_that_is_not_a_positive_number_is_refused(tmp_path, value):
+def test_a_learning_rate_that_is_not_a_positive_number_is_refused(tmp_path):
+    """Through the ``pax`` command; every kind of bad rate is the next test's."""
     result = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(tmp_path / "job"),
-                     "--set", f"LEARNING_RATE={value}")
+                     "--set", "LEARNING_RATE=0")
     assert result.returncode == 2, result.stderr
     assert "learning_rate must be a finite number > 0" in result.stderr
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("value", ["1e999", "-1e999", "-1e-3", "0"])
+def test_each_learning_rate_that_is_not_a_positive_number_is_refused(tmp_path, capfd, value):
+    """``pax train`` in this process: the usage error (exit 2) that the command prints as its
+    one line, and nothing else said (the test above)."""
+    with pytest.raises(UsageError) as refused:
+        train(isolated_host(), exp="MlpSynthetic", plugin=None,
+              set_items=[f"LEARNING_RATE={value}"], job_dir=str(tmp_path / "job"))
+    assert "learning_rate must be a finite number > 0" in str(refused.value)
+    assert "\n" not in str(refused.value) and refused.value.exit_code == 2
+    assert capfd.readouterr().err == ""
     assert not (tmp_path / "job").exists()
 
 

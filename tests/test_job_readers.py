@@ -52,11 +52,21 @@ def test_eval_and_export_of_a_job_in_training_leave_the_run_alone(tmp_path):
     assert "stopped on request (SIGTERM)" in err
 
 
-def test_a_reader_passes_over_a_damaged_step_and_an_unfinished_save_moving_nothing(tmp_path):
-    job = tmp_path / "job"
+@pytest.fixture(scope="module")
+def small_job(tmp_path_factory) -> Path:
+    """A job trained 20 steps with checkpoints at 10 and 20, trained once for the tests below;
+    each works on a copy of its own."""
+    job = tmp_path_factory.mktemp("small") / "job"
     trained = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(job), "--set",
                       "NUM_TRAIN_STEPS=20", "--set", "task.train.save_interval_steps=10")
     assert trained.returncode == 0, trained.stderr
+    return job
+
+
+def test_a_reader_passes_over_a_damaged_step_and_an_unfinished_save_moving_nothing(
+        small_job, tmp_path):
+    job = tmp_path / "job"
+    shutil.copytree(small_job, job)
     unfinished = job / "checkpoints" / "30.orbax-checkpoint-tmp-1"
     unfinished.mkdir()
     (unfinished / "partial").write_text("being written")
@@ -67,15 +77,6 @@ def test_a_reader_passes_over_a_damaged_step_and_an_unfinished_save_moving_nothi
     assert json.loads(result.stdout)["step"] == 10
     assert "passing over checkpoint step 20" in result.stderr and "left in place" in result.stderr
     assert _listing(job) == before
-
-
-@pytest.fixture(scope="module")
-def small_job(tmp_path_factory) -> Path:
-    job = tmp_path_factory.mktemp("small") / "job"
-    trained = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(job), "--set",
-                      "NUM_TRAIN_STEPS=5")
-    assert trained.returncode == 0, trained.stderr
-    return job
 
 
 def _edit_last_run(job: Path, **changes) -> None:
@@ -134,7 +135,7 @@ def test_a_step_removed_while_it_is_read_is_listed_again_not_called_damaged(smal
     for removed in (True, False):
         job = tmp_path / f"job-{removed}"
         shutil.copytree(small_job, job)
-        step = job / "checkpoints" / "5"
+        step = job / "checkpoints" / "20"
         shutil.rmtree(step / "input")  # the first item a removal took
         reader = run.make_checkpointer(str(job / "checkpoints"), read_only=True)
         remover = threading.Timer(0.5, shutil.rmtree, [step])
@@ -142,7 +143,7 @@ def test_a_step_removed_while_it_is_read_is_listed_again_not_called_damaged(smal
             remover.start()
         try:
             with pytest.raises(StepRemoved if removed else DamagedCheckpoint):
-                reader.restore(5, run.abstract_state)
+                reader.restore(20, run.abstract_state)
         finally:
             remover.cancel()
             reader.close()

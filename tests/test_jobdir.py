@@ -16,7 +16,7 @@ import pytest
 
 from pax_core.errors import UsageError
 from pax_core.run.jobdir import JobDir
-from pax_core.testing import isolated_host, read_metrics, run_pax, train
+from pax_core.testing import evaluate, isolated_host, read_metrics, run_pax, train
 
 MLP = ["--exp", "MlpSynthetic"]
 SETS = ["--set", "task.train.save_interval_steps=2", "--set",
@@ -72,9 +72,9 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("command", ["train", "eval"])
-@pytest.mark.parametrize("damage", sorted(DAMAGES))
-def test_a_damaged_runs_record_is_named_and_nothing_changes(job, damage, command):
-    change, message = DAMAGES[damage]
+def test_a_damaged_runs_record_is_named_and_nothing_changes(job, command):
+    """Through the ``pax`` command: one line, exit 2; each kind of damage is the next test's."""
+    change, message = DAMAGES["garbage"]
     runs = job / "runs.jsonl"
     runs.write_text(change(runs.read_text()))
     damaged = runs.read_text()
@@ -85,6 +85,27 @@ def test_a_damaged_runs_record_is_named_and_nothing_changes(job, damage, command
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert runs.read_text() == damaged
     assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["2", "4"]
+
+
+@pytest.mark.parametrize("damage", sorted(DAMAGES))
+def test_each_damage_of_the_runs_record_is_named_and_nothing_changes(job, damage, capfd):
+    """``pax train`` and ``pax eval`` in this process: the usage error (exit 2) that the command
+    prints as the one line of the test above (and nothing else said), naming the line and what
+    is wrong with it."""
+    change, message = DAMAGES[damage]
+    runs = job / "runs.jsonl"
+    runs.write_text(change(runs.read_text()))
+    damaged = runs.read_text()
+    capfd.readouterr()  # what training the job printed
+    for command, items in ((train, ["NUM_TRAIN_STEPS=8"]), (evaluate, [])):
+        with pytest.raises(UsageError) as refused:
+            command(isolated_host(), exp="MlpSynthetic" if items else None, plugin=None,
+                    set_items=items, job_dir=str(job))
+        assert str(refused.value).startswith(f"{runs} is damaged: {message}; "), command
+        assert "\n" not in str(refused.value) and refused.value.exit_code == 2
+        assert capfd.readouterr().err == ""
+        assert runs.read_text() == damaged
+        assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["2", "4"]
 
 
 def test_a_record_that_cannot_be_replaced_leaves_the_old_one(job, monkeypatch):

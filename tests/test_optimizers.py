@@ -19,6 +19,7 @@ from pax_core import Adafactor, Adam, Lion, Sgd
 from pax_core.config.schedules import LinearRampupCosineDecay
 from pax_core.config.single_task import OPTIMIZERS
 from pax_core.config.transforms import AdafactorState
+from pax_core.errors import UsageError
 from pax_core.run.state import TrainState, ema_params, logical_axes
 from pax_core.testing import (
     first_batch_losses,
@@ -26,6 +27,7 @@ from pax_core.testing import (
     read_metrics,
     read_params,
     run_pax,
+    train,
 )
 from pax_core.testing.conformance import LEARNING_RATES, TRAIN_STEPS, going_down
 
@@ -159,17 +161,41 @@ def test_ema_averages_the_parameters_each_step_starts_from():
     assert ema_params(TrainState(p, Adam().build().init(p), jnp.zeros(()), jnp.zeros(()))) is None
 
 
-@pytest.mark.parametrize(("field", "value", "message"), [
-    ("ema_decay", 1.0, "ema_decay must be in [0, 1)"),
-    ("decay_method", "'exp'", "decay_method must be one of adam, pow"),
-    ("decay_adam", 1.5, "decay_adam must be in (0, 1)"),
-])
-def test_bad_optimizer_settings_are_one_line(tmp_path, field, value, message):
+ADAFACTOR = "OPTIMIZER=adafactor"
+# Settings pax train refuses before it starts, and what the refusal says.
+REFUSED = [
+    ([ADAFACTOR, "task.train.learner.optimizer.ema_decay=1.0"], "ema_decay must be in [0, 1)"),
+    ([ADAFACTOR, "task.train.learner.optimizer.decay_method='exp'"],
+     "decay_method must be one of adam, pow"),
+    ([ADAFACTOR, "task.train.learner.optimizer.decay_adam=1.5"], "decay_adam must be in (0, 1)"),
+    (["OPTIMIZER=adamw"], "OPTIMIZER 'adamw' is not one of adam, adafactor, lion, sgd (did you "
+                          "mean adam?)"),
+    (["LR_SCHEDULE=cosin"], "LR_SCHEDULE 'cosin' is not one of constant, "),
+]
+
+
+def test_a_bad_optimizer_setting_is_one_line(tmp_path):
+    """Through the ``pax`` command; every refused setting is the next test's."""
+    items, message = REFUSED[0]
     result = run_pax("train", "--exp", "MlpSynthetic", "--job-dir", str(tmp_path / "job"),
-                     "--set", "OPTIMIZER=adafactor",
-                     "--set", f"task.train.learner.optimizer.{field}={value}")
+                     *(a for item in items for a in ("--set", item)))
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(("items", "message"), REFUSED,
+                         ids=["ema_decay", "decay_method", "decay_adam", "optimizer", "schedule"])
+def test_bad_optimizer_settings_and_names_are_refused_before_anything_is_written(
+        tmp_path, capfd, items, message):
+    """``pax train`` in this process: the usage error (exit 2) the command prints as its one
+    line, and nothing else said (the test above)."""
+    with pytest.raises(UsageError) as refused:
+        train(isolated_host(), exp="MlpSynthetic", plugin=None, set_items=items,
+              job_dir=str(tmp_path / "job"))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert refused.value.exit_code == 2 and capfd.readouterr().err == ""
     assert not (tmp_path / "job").exists()
 
 
@@ -184,16 +210,6 @@ def test_each_optimizer_trains_the_mlp(optimizer):
         [f"OPTIMIZER={optimizer}", "LR_SCHEDULE=constant",
          f"LEARNING_RATE={LEARNING_RATES[optimizer]}"], steps=TRAIN_STEPS)
     assert going_down(losses), losses
-
-
-def test_an_unknown_optimizer_or_schedule_is_one_line(tmp_path):
-    for item, message in (("OPTIMIZER=adamw", "OPTIMIZER 'adamw' is not one of adam, "
-                           "adafactor, lion, sgd (did you mean adam?)"),
-                          ("LR_SCHEDULE=cosin", "LR_SCHEDULE 'cosin' is not one of constant, ")):
-        result = run_pax("train", "--exp", "MlpSynthetic", "--set", item,
-                         "--job-dir", str(tmp_path / "job"))
-        assert result.returncode == 2 and message in result.stderr, result.stderr
-        assert "Traceback" not in result.stderr and not (tmp_path / "job").exists()
 
 
 def test_a_constant_the_chosen_optimizer_does_not_read_is_named(tmp_path):

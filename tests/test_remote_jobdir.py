@@ -18,14 +18,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pax_core.errors import UsageError
 from pax_core.files import job_path
 from pax_core.testing import (
     assert_same_params,
     fault_trials,
+    isolated_host,
     kill_trials,
     read_metrics,
     read_params,
     run_pax,
+    train,
 )
 
 pytestmark = pytest.mark.slow
@@ -221,15 +224,30 @@ def test_a_missing_bucket_is_one_line_before_anything_runs(gcs):
     assert "cannot be written" in result.stderr and "bucket" in result.stderr
 
 
-@pytest.mark.parametrize(("job_dir", "message"), [
+UNUSABLE = [
     ("s3://bucket/job", "s3:// is not a storage Pax can keep a job in"),
     ("gs://", "names no bucket"),
     ("gs://b/job", "'b' is not a GCS bucket name"),
-])
-def test_a_job_dir_pax_cannot_use_is_refused(tmp_path, job_dir, message):
+]
+
+
+def test_a_job_dir_pax_cannot_use_is_refused(tmp_path):
+    """Through the ``pax`` command; every unusable kind is the next test's."""
+    job_dir, message = UNUSABLE[0]
     result = subprocess.run([str(Path(sys.executable).with_name("pax")), "train", "--exp",
                              "MlpSynthetic", "--job-dir", job_dir], cwd=tmp_path,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []  # no local folder named s3: or gs:
+
+
+@pytest.mark.parametrize(("job_dir", "message"), UNUSABLE, ids=["s3", "no-bucket", "bad-name"])
+def test_each_job_dir_pax_cannot_use_is_refused(tmp_path, monkeypatch, job_dir, message):
+    """``pax train`` in this process: the usage error (exit 2) the command prints (the test
+    above), and no local folder made where the path would have been one."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(UsageError) as refused:
+        train(isolated_host(), exp="MlpSynthetic", plugin=None, set_items=[], job_dir=job_dir)
+    assert message in str(refused.value) and refused.value.exit_code == 2
+    assert list(tmp_path.iterdir()) == []

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pax_core.errors import UsageError
+from pax_core.speed.profiling import parse_steps
 from pax_core.testing import read_metrics, run_pax
 
 MLP = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=40"]
@@ -101,12 +103,23 @@ def test_profile_steps_traces_the_window_with_step_annotations(tmp_path):
     assert steps == [3, 4, 5]
 
 
-@pytest.mark.parametrize("window", ["5", "0:3", "4:2", "a:b", "3:"])
-def test_a_bad_profile_window_is_refused_before_anything_is_written(tmp_path, window):
-    result = run_pax("train", *MLP, "--profile-steps", window, "--job-dir", str(tmp_path / "job"))
+def test_a_bad_profile_window_is_refused_before_anything_is_written(tmp_path):
+    """Through the ``pax`` command; every kind of bad window is the next test's."""
+    result = run_pax("train", *MLP, "--profile-steps", "4:2", "--job-dir", str(tmp_path / "job"))
     assert result.returncode == 2
-    assert f"--profile-steps '{window}': give START:END with 1 <= START <= END" in result.stderr
+    assert "--profile-steps '4:2': give START:END with 1 <= START <= END" in result.stderr
     assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("window", ["5", "0:3", "4:2", "a:b", "3:"])
+def test_each_bad_profile_window_is_a_usage_error(window):
+    """What ``pax train --profile-steps`` reads its window with (the test above), before it
+    starts: a usage error (exit 2) naming the window and the form it takes."""
+    with pytest.raises(UsageError) as refused:
+        parse_steps(window)
+    assert str(refused.value).startswith(
+        f"--profile-steps '{window}': give START:END with 1 <= START <= END")
+    assert refused.value.exit_code == 2
 
 
 def test_a_window_outside_the_run_is_reported(tmp_path):

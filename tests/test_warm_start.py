@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pax_core.testing import read_params, run_pax
+from pax_core.errors import UsageError
+from pax_core.testing import isolated_host, read_params, run_pax, train
 
 pytestmark = pytest.mark.slow
 
@@ -85,22 +86,24 @@ def test_ignored_or_optional_parameters_missing_at_the_source_keep_their_fresh_v
                                    rtol=0, atol=ATOL, err_msg=key)
 
 
-def test_a_rule_that_maps_to_nothing_stops_in_one_line(source, tmp_path):
+@pytest.mark.parametrize(("rules", "expected"), [
+    ("[('(.*)kernel', '{}weights')]", ("cannot be initialised", "init_from_partial")),
+    ("[('(.*)', '{}/{}')]", ("does not fill in for parameter",)),
+], ids=["maps-to-nothing", "wants-more-groups"])
+def test_a_rule_that_cannot_be_followed_stops_the_run_before_anything_is_saved(
+        source, tmp_path, capfd, rules, expected):
+    """``pax train --init-from`` in this process: the usage error (exit 2) that the command
+    prints as its one line, and nothing else said (``pax`` itself: the next test)."""
     job = tmp_path / "job"
-    result = _train(job, 1, "--init-from", str(source), "--set",
-                    "task.train.init_from_rules=[('(.*)kernel', '{}weights')]")
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "cannot be initialised" in result.stderr and "init_from_partial" in result.stderr
+    with pytest.raises(UsageError) as refused:
+        train(isolated_host(), exp="MlpSynthetic", plugin=None, job_dir=str(job),
+              set_items=["NUM_TRAIN_STEPS=1", f"task.train.init_from={str(source)!r}",
+                         f"task.train.init_from_rules={rules}"])
+    message = str(refused.value)
+    assert all(part in message for part in expected), message
+    assert "\n" not in message and refused.value.exit_code == 2
+    assert capfd.readouterr().err == ""
     assert not (job / "checkpoints").exists() or not any((job / "checkpoints").iterdir())
-
-
-def test_a_rule_whose_format_wants_more_groups_stops_in_one_line(source, tmp_path):
-    result = _train(tmp_path / "job", 1, "--init-from", str(source), "--set",
-                    "task.train.init_from_rules=[('(.*)', '{}/{}')]")
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.count("\n") == 1, result.stderr
-    assert "does not fill in for parameter" in result.stderr
 
 
 def test_a_source_that_is_not_a_model_stops_in_one_line(tmp_path):

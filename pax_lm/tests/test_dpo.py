@@ -17,7 +17,15 @@ import numpy as np
 import pytest
 
 from pax_core import UsageError, key_paths
-from pax_core.testing import build_run, import_job, isolated_host, read_params, resolve, run_pax
+from pax_core.testing import (
+    build_run,
+    import_job,
+    isolated_host,
+    read_params,
+    resolve,
+    run_pax,
+    train,
+)
 from pax_lm.dpo.model import DpoLanguageModel
 from pax_lm.dpo.pairs import read_pairs
 from pax_lm.dpo.preference_input import PreferenceInput
@@ -400,22 +408,45 @@ def test_dpo_learns_a_held_out_preference_and_the_reference_stays_the_base(host,
     assert np.abs(np.asarray(policy) - np.asarray(reference)).max() > 1.0
 
 
-@pytest.mark.parametrize(("sets", "message"), [
+DPO_REFUSALS = [
     (["DPO_DATA='{bad}'", "LORA_RANK=2"],
      "{bad}:2: 'chosen' and 'rejected' are the same answer, so there is nothing to prefer"),
     (["DPO_DATA='{good}'", "DPO_EVAL_FRACTION=0", "DPO_BETA=0"],
      "DPO_BETA (beta) must be positive, got 0"),
-])
-def test_pax_train_refuses_bad_dpo_data_in_one_line_writing_nothing(tmp_path, sets, message):
-    good = write_jsonl(tmp_path / "good.jsonl", say_yes_or_no(40))
-    bad = write_jsonl(tmp_path / "bad.jsonl",
+]
+
+
+def _refused_settings(folder: Path, sets: list[str], message: str) -> tuple[list[str], str]:
+    """``sets`` and ``message`` with ``{good}`` and ``{bad}`` made files in ``folder``."""
+    good = write_jsonl(folder / "good.jsonl", say_yes_or_no(40))
+    bad = write_jsonl(folder / "bad.jsonl",
                       [GOOD, json.dumps({"prompt": "a", "chosen": "B", "rejected": "B"})])
-    args = [a for item in sets for a in ("--set", item.format(good=good, bad=bad))]
+    return ([item.format(good=good, bad=bad) for item in sets],
+            message.format(good=good, bad=bad))
+
+
+def test_pax_train_refuses_bad_dpo_data_in_one_line_writing_nothing(tmp_path):
+    """Through the ``pax`` command; every refused setting is the next test's."""
+    items, message = _refused_settings(tmp_path, *DPO_REFUSALS[0])
     result = run_pax("train", "--exp", "TinyLmForTests", "--job-dir", str(tmp_path / "job"),
-                     *args)
+                     *(a for item in items for a in ("--set", item)))
     assert result.returncode == 2, result.stderr
-    assert message.format(good=good, bad=bad) in result.stderr
+    assert message in result.stderr
     assert result.stderr.count("\n") == 1
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize(("sets", "message"), DPO_REFUSALS, ids=["same-answers", "beta"])
+def test_each_bad_dpo_setting_is_refused_before_anything_is_written(host, tmp_path, capfd,
+                                                                    sets, message):
+    """``pax train`` in this process: the usage error (exit 2) that the command prints as its
+    one line, and nothing else said (the test above)."""
+    items, message = _refused_settings(tmp_path, sets, message)
+    with pytest.raises(UsageError) as refused:
+        train(host, exp="TinyLmForTests", plugin="lm", set_items=items,
+              job_dir=str(tmp_path / "job"))
+    assert message in str(refused.value) and "\n" not in str(refused.value)
+    assert refused.value.exit_code == 2 and capfd.readouterr().err == ""
     assert not (tmp_path / "job").exists()
 
 

@@ -126,14 +126,15 @@ def test_pax_decode_continues_a_prompt(trained_job):
     assert "Traceback" not in too_long.stderr
 
 
-@pytest.mark.parametrize(
-    ("item", "message"),
-    [
-        ("CORPUS_PATH='/nonexistent/corpus'", "no such file or folder: /nonexistent/corpus"),
-        ("datasets[0].tokenizer=3", "tokenizer"),
-    ],
-)
-def test_bad_input_is_one_clear_line(tmp_path, item, message):
+BAD_INPUTS = [
+    ("CORPUS_PATH='/nonexistent/corpus'", "no such file or folder: /nonexistent/corpus"),
+    ("datasets[0].tokenizer=3", "tokenizer"),
+]
+
+
+def test_bad_input_is_one_clear_line(tmp_path):
+    """Through the ``pax`` command; every bad input is the next tests'."""
+    item, message = BAD_INPUTS[0]
     result = _pax("train", "--exp", "TinyLmForTests", "--job-dir", str(tmp_path / "job"),
                   "--set", item)
     assert result.returncode == 2, result.stderr
@@ -142,10 +143,26 @@ def test_bad_input_is_one_clear_line(tmp_path, item, message):
     assert not (tmp_path / "job").exists()
 
 
-def test_empty_corpus_is_one_clear_line(tmp_path):
+def _refused_here(host, job: Path, item: str) -> str:
+    """``pax train`` in this process: the usage error (exit 2) that the command prints as its
+    one line (the test above), nothing written."""
+    with pytest.raises(UsageError) as refused:
+        train(host, exp="TinyLmForTests", plugin="lm", set_items=[item], job_dir=str(job))
+    assert "\n" not in str(refused.value) and refused.value.exit_code == 2
+    assert not job.exists()
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(("item", "message"), BAD_INPUTS, ids=["no-corpus", "tokenizer"])
+def test_each_bad_input_is_refused_before_anything_is_written(host, tmp_path, capfd, item,
+                                                              message):
+    assert message in _refused_here(host, tmp_path / "job", item)
+    assert capfd.readouterr().err == ""
+
+
+def test_empty_corpus_is_one_clear_line(host, tmp_path, capfd):
     (tmp_path / "empty").mkdir()
     (tmp_path / "empty" / "a.txt").write_text("  \n")
-    result = _pax("train", "--exp", "TinyLmForTests", "--job-dir", str(tmp_path / "job"),
-                  "--set", f"CORPUS_PATH='{tmp_path / 'empty'}'")
-    assert result.returncode == 2
-    assert f"no text in {tmp_path / 'empty'}" in result.stderr
+    message = _refused_here(host, tmp_path / "job", f"CORPUS_PATH='{tmp_path / 'empty'}'")
+    assert f"no text in {tmp_path / 'empty'}" in message
+    assert capfd.readouterr().err == ""

@@ -4,20 +4,26 @@ before anything is written, for each kind of bad input."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 
 import numpy as np
 import pytest
 
-from pax_core.testing import read_metrics, run_pax
+from pax_core.errors import UsageError
+from pax_core.testing import isolated_host, read_metrics, run_pax, train
 
 pytestmark = pytest.mark.slow
 
 
+def _settings(data) -> list[str]:
+    return [f"DATA_DIR='{data}'", "BUCKET_SECONDS=(0.6, 1.5)"]
+
+
 def _train_args(data, job, *more):
     return ("train", "--plugin", "speech", "--exp", "TinySpeechForTests", "--job-dir", str(job),
-            "--set", f"DATA_DIR='{data}'", "--set", "BUCKET_SECONDS=(0.6, 1.5)", *more)
+            *(a for item in _settings(data) for a in ("--set", item)), *more)
 
 
 # Long enough to learn the tones: at 20 steps (the experiment's own) the recognizer still
@@ -97,16 +103,36 @@ def _spoil(data, tmp_path, case: str) -> str:
     return expected
 
 
-@pytest.mark.parametrize("case", ["missing audio", "not audio", "other rate",
-                                  "outside the vocabulary", "empty"])
-def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tone_data, tmp_path, case):
-    expected = _spoil(tone_data, tmp_path, case)
+BAD_INPUTS = ["missing audio", "not audio", "other rate", "outside the vocabulary", "empty"]
+
+
+def test_bad_input_is_one_line_and_exit_2_with_nothing_written(tone_data, tmp_path):
+    """Through the ``pax`` command, one kind of bad input; every kind is the next test's."""
+    expected = _spoil(tone_data, tmp_path, BAD_INPUTS[0])
     job = tmp_path / "job"
     result = run_pax(*_train_args(tmp_path / "data", job, "--set", "ON_OTHER_RATE='refuse'"))
     assert result.returncode == 2, result.stderr
     message = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(message) == 1 and expected in message[0], result.stderr
     assert "Traceback" not in result.stderr
+    assert not job.exists() or not any(job.iterdir())
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_each_bad_input_is_refused_before_anything_is_written(tone_data, tmp_path, capfd,
+                                                               case):
+    """``pax train`` in this process: the usage error (exit 2) that the command prints as its
+    one line, and nothing else said (the test above)."""
+    expected = _spoil(tone_data, tmp_path, case)
+    job = tmp_path / "job"
+    host = isolated_host(("speech", importlib.import_module("pax_speech.plugin")),
+                         ("transformer", importlib.import_module("pax_transformer.plugin")))
+    with pytest.raises(UsageError) as refused:
+        train(host, exp="TinySpeechForTests", plugin="speech", job_dir=str(job),
+              set_items=[*_settings(tmp_path / "data"), "ON_OTHER_RATE='refuse'"])
+    message = str(refused.value)
+    assert expected in message and "\n" not in message and refused.value.exit_code == 2
+    assert capfd.readouterr().err == ""
     assert not job.exists() or not any(job.iterdir())
 
 

@@ -4,13 +4,15 @@ line with exit code 2, before anything is written, for each kind of bad input.""
 from __future__ import annotations
 
 import gzip
+import importlib
 import json
 
 import numpy as np
 import pytest
 from PIL import Image
 
-from pax_core.testing import read_metrics, run_pax
+from pax_core.errors import UsageError
+from pax_core.testing import isolated_host, read_metrics, run_pax, train
 from pax_vision.inputs.arrays import IDX_IMAGES, IDX_LABELS
 
 pytestmark = pytest.mark.slow
@@ -62,10 +64,22 @@ def test_predict_names_the_class_of_an_image(trained, digits, tmp_path):
 
 
 def _refused(job, *args) -> str:
+    """``pax train`` as a user runs it: exit 2, nothing written; what it printed."""
     result = run_pax("train", "--plugin", "vision", "--job-dir", str(job), *args)
     assert result.returncode == 2, result.stderr
     assert not job.exists(), "nothing is written for a usage error"
     return result.stderr.strip()
+
+
+def _refused_here(job, exp: str, *items: str) -> str:
+    """``pax train`` in this process: the usage error (exit 2) that ``_refused`` sees printed
+    (``test_a_folder_without_class_subfolders`` runs the command itself), nothing written."""
+    host = isolated_host(("vision", importlib.import_module("pax_vision.plugin")))
+    with pytest.raises(UsageError) as refused:
+        train(host, exp=exp, plugin="vision", set_items=list(items), job_dir=str(job))
+    assert refused.value.exit_code == 2
+    assert not job.exists(), "nothing is written for a usage error"
+    return str(refused.value)
 
 
 def test_a_folder_without_class_subfolders(tmp_path):
@@ -74,12 +88,12 @@ def test_a_folder_without_class_subfolders(tmp_path):
     message = _refused(tmp_path / "job", "--exp", "ResNet18Pjit",
                        "--set", f"IMAGENET_DIR='{tmp_path}'", "--set", "IMAGENET_FORMAT='folder'")
     assert f"{tmp_path / 'train'}: no class subfolders" in message
+    assert len(message.splitlines()) == 1, message
 
 
 @pytest.mark.usefixtures("digits")
 def test_images_of_another_size_than_the_model_takes(tmp_path):
-    message = _refused(tmp_path / "job", "--exp", "TinyDigitsForTests",
-                       "--set", "datasets[0].image_size=12")
+    message = _refused_here(tmp_path / "job", "TinyDigitsForTests", "datasets[0].image_size=12")
     assert "images are 12x12 but the model takes 8x8" in message
 
 
@@ -90,15 +104,13 @@ def test_an_idx_file_of_the_wrong_magic_number(tmp_path):
             header = magic.to_bytes(4, "big") + (4).to_bytes(4, "big")
             with gzip.open(tmp_path / name, "wb") as f:
                 f.write(header + bytes(4))
-    message = _refused(tmp_path / "job", "--exp", "MnistExperiment",
-                       "--set", f"DATA_DIR='{tmp_path}'")
+    message = _refused_here(tmp_path / "job", "MnistExperiment", f"DATA_DIR='{tmp_path}'")
     assert f"magic number {IDX_LABELS}, expected {IDX_IMAGES}" in message
 
 
 @pytest.mark.usefixtures("digits")
 def test_a_class_count_other_than_the_models(tmp_path):
-    message = _refused(tmp_path / "job", "--exp", "TinyDigitsForTests",
-                       "--set", "NUM_CLASSES=5")
+    message = _refused_here(tmp_path / "job", "TinyDigitsForTests", "NUM_CLASSES=5")
     assert "the data has 10 classes but the model has 5" in message
 
 
