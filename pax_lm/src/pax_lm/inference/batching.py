@@ -85,11 +85,6 @@ class Batcher:
         self._waiting.append(active)
         return active.request_id
 
-    @property
-    def waiting(self) -> int:
-        """How many requests wait for a slot."""
-        return len(self._waiting)
-
     def partial(self, request_id: int) -> list[int]:
         """The tokens a request still waiting or decoding has drawn so far (a copy), for a
         caller that streams them."""

@@ -184,13 +184,13 @@ class DecodeService:
         for completion in ended:
             handle = self._streams[completion.request_id]
             if handle.stream:
-                _send(handle, completion.text, final=True)
+                _send(handle, completion.text)
             self._end(completion.request_id, Done(completion))
         detokenize = self.batcher.detokenize
         for request_id, handle in self._streams.items():
             if handle.stream and detokenize is not None:
                 text = detokenize(self.batcher.partial(request_id))
-                _send(handle, settled(text, handle.request.settings.stop), final=False)
+                _send(handle, settled(text, handle.request.settings.stop))
 
     def _end(self, request_id: int, done: Done) -> None:
         self._finish(self._streams.pop(request_id), done)
@@ -201,7 +201,7 @@ class DecodeService:
         handle._put(done)
 
 
-def _send(handle: Stream, text: str, final: bool) -> None:
+def _send(handle: Stream, text: str) -> None:
     """Stream the part of ``text`` past what was sent (a text that no longer extends it, which
     a detokenizer's merge could give, sends nothing until it does)."""
     if text.startswith(handle.sent) and len(text) > len(handle.sent):
