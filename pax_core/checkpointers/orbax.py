@@ -36,6 +36,7 @@ TMP_MARK = ".orbax-checkpoint-tmp"
 # How long a reader waits for a step that failed to read to disappear (a training job removing
 # it) before calling it damaged.
 REMOVAL_WAIT = 2.0
+_LISTINGS = 5  # tries at listing the steps of a job that drops steps as it trains
 COMMITTED = "commit_success.txt"  # Orbax's mark of a complete step in a bucket
 WEIGHTS_GROUP_BYTES = 64 * 2**20  # a weights-only step's tensors are written this many at once
 
@@ -87,9 +88,8 @@ class OrbaxCheckpointer(Checkpointer):
                 create=True,
             )
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
-        with _quiet_absl(settings.read_only):  # Orbax warns that it is read-only, as asked
-            self._manager = ocp.CheckpointManager(directory, options=options,
-                                                  item_handlers=handlers)
+        self._manager = self._despite_removals(lambda: ocp.CheckpointManager(
+            directory, options=options, item_handlers=handlers))
         self._identity = self._stat()
 
     def _keep(self, settings: CheckpointSettings) -> Any:
@@ -166,9 +166,32 @@ class OrbaxCheckpointer(Checkpointer):
         return self._manager.latest_step()
 
     def all_steps(self) -> list[int]:
-        if self.settings.read_only:  # afresh: the job may be training, saving and dropping
+        if not self.settings.read_only:
+            return sorted(self._manager.all_steps())
+
+        def listing() -> list[int]:  # afresh: the job may be training, saving and dropping
             self._manager.reload()
-        return sorted(self._manager.all_steps())
+            steps = sorted(self._manager.all_steps())
+            if not steps:  # every listed step went as it was listed: list again
+                raise FileNotFoundError(errno.ENOENT, "no step listed", self.directory)
+            return steps
+
+        try:
+            return self._despite_removals(listing)
+        except FileNotFoundError:
+            return []
+
+    def _despite_removals(self, action: Callable[[], Any]) -> Any:
+        """``action`` over the steps a reader lists, done again when it fails on a step folder
+        that went meanwhile (Orbax lists each step's files, and the training job drops steps as
+        it saves); a writer's steps do not go behind its back, and it does it once."""
+        with _quiet_absl(self.settings.read_only):  # notes on the job's saves in progress
+            for _ in range(_LISTINGS - 1 if self.settings.read_only else 0):
+                try:
+                    return action()
+                except FileNotFoundError:
+                    time.sleep(0.05)
+            return action()
 
     def _writable(self) -> None:
         if self.settings.read_only:
@@ -255,7 +278,8 @@ class OrbaxCheckpointer(Checkpointer):
 
     def restore(self, step: int, abstract_state: Any) -> tuple[Any, dict[str, Any] | None]:
         try:
-            return self._restore(step, abstract_state)
+            with _quiet_absl(self.settings.read_only):  # notes on the job's saves in progress
+                return self._restore(step, abstract_state)
         except Exception as e:
             if self.settings.read_only and self._vanishes(step):
                 raise StepRemoved(f"step {step} was removed while it was read") from e

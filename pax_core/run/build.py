@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import time
 from typing import Any
 
 import flax.linen as nn
@@ -224,7 +225,9 @@ def _at(tree: Any, keys: tuple[str, ...]) -> Any:
     return tree
 
 
-_READS = 5  # listings of the steps a reader tries, while its job saves and drops steps
+# How long a reader goes on listing and reading the newest step while its job, training, drops
+# each step it tries (a job saving every step, its steps kept less time than a read takes).
+READ_PATIENCE = 60.0
 
 
 def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
@@ -240,13 +243,15 @@ def restore_or_init(host: PluginHost, run: Run, checkpointer: Checkpointer,
     reader restores it (its job is training, and dropped it) sends the reader to the newest
     steps again.
     """
-    for _ in range(_READS):
+    deadline, tries = time.monotonic() + READ_PATIENCE, 0
+    while time.monotonic() < deadline or not tries:
+        tries += 1
         try:
             return _restore_newest(host, run, checkpointer, chosen)
         except StepRemoved:  # a reader's job saved and dropped steps meanwhile: list again
             continue
     raise RunError(f"the steps of {checkpointer.directory} kept being removed while they were "
-                   f"read ({_READS} tries); try again, or once the job has stopped training")
+                   f"read ({tries} tries); try again, or once the job has stopped training")
 
 
 def _restore_newest(host: PluginHost, run: Run, checkpointer: Checkpointer,

@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 from pax_core.testing import isolated_host, read_metrics, run_pax, train
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from pax_core.errors import UsageError
+from pax_core import UsageError
 from pax_core.testing import isolated_host, read_metrics, run_pax, train
 from pax_vision.inputs.arrays import IDX_IMAGES, IDX_LABELS
 
