@@ -268,12 +268,12 @@ def step_costs(decoder: Any, variables: dict[str, Any], tokenizer: Any,
     from pax_lm.inference import Batcher, Engine, Request
 
     settings, engine = SamplingSettings(NEW_TOKENS), Engine(decoder, variables, batch)
-    rows = [engine.prefill(p, settings) for p in prompts[:batch]]
+    prefilled = engine.prefill(prompts[:batch], [settings] * batch)
     argmax, sampled = (programs(decoder, variables, batch, s) for s in (False, True))
     [(ids, lengths), *_] = padded(prompts, batch)
 
     def engine_steps() -> None:
-        slots = [engine.insert(row) for row in rows]
+        slots = engine.insert(prefilled)
         for _ in range(NEW_TOKENS - 1):
             engine.generate()
         for slot in slots:

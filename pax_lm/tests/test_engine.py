@@ -66,7 +66,9 @@ def _letters(ids) -> str:
 @pytest.mark.parametrize("overrides", CONFIGS.values(), ids=CONFIGS.keys())
 def test_batched_greedy_decoding_equals_each_prompt_decoded_alone(overrides):
     model, variables = _model(**overrides)
-    lengths, news = [1, 9, 3, 17, 6, 12, 2], [8, 5, 12, 9, 3, 14, 7]
+    # Three prompts join at first, prefilled together; the third ends at its first token, so
+    # its row is left out when the others are inserted.
+    lengths, news = [1, 9, 3, 17, 6, 12, 2], [8, 5, 1, 9, 3, 14, 7]
     prompts = [_prompt(n, seed) for seed, n in enumerate(lengths)]
     engine = Engine(model, variables, slots=3)  # fewer slots than prompts: slots are reused
     got = list(Batcher(engine).run(
@@ -152,7 +154,9 @@ def test_programs_compile_once_per_engine():
             for i, n in enumerate(lengths)]
 
     assert len(list(batcher.run(requests(0)))) == 6
-    assert engine.compilations() == {"prefill": 2, "insert": 1, "generate": 1}
+    compiled = engine.compilations()  # which row counts join together depends on the stops
+    assert engine.row_counts == (1, 2) and compiled["generate"] == 1
+    assert 2 <= compiled["prefill"] <= 2 * 2 and 1 <= compiled["insert"] <= 2
     lowered = []
     listener = lambda event, *_, **__: lowered.append(event)  # noqa: E731
     jax.monitoring.register_event_duration_secs_listener(listener)
@@ -160,7 +164,7 @@ def test_programs_compile_once_per_engine():
         assert len(list(batcher.run(requests(50)))) == 6
     finally:
         jax.monitoring.unregister_event_duration_listener(listener)
-    assert engine.compilations() == {"prefill": 2, "insert": 1, "generate": 1}
+    assert engine.compilations() == compiled
     assert LOWERING_EVENT not in lowered  # nothing else compiled either
 
 

@@ -56,7 +56,7 @@ class Batcher:
     completions' text, which stop strings need.
 
     ``submit`` queues a request; each ``step`` moves waiting requests into free slots
-    (prefilling each), advances every slot by one token and returns the requests that ended.
+    (prefilling them together), advances every slot by one token and returns the requests that ended.
     ``run`` does that for a list of requests, yielding their completions in order.
     """
 
@@ -116,15 +116,21 @@ class Batcher:
         that ends has had one more token computed for it, which is dropped (a step's tokens
         are taken only for the requests that held their slots when it started)."""
         done = []
-        while self._waiting and self.engine.free_slots:
-            active = self._waiting.popleft()
-            prefilled = self.engine.prefill(active.request.prompt, active.request.settings)
-            finished = self._advance(active, prefilled.token)
-            if finished:
-                done.append(finished)
-            else:
-                active.slot = self.engine.insert(prefilled)
-                self._running[active.slot] = active
+        joining = [self._waiting.popleft()
+                   for _ in range(min(len(self._waiting), self.engine.free_slots))]
+        if joining:  # prefilled together, and inserted together but those their first ended
+            prefilled = self.engine.prefill([a.request.prompt for a in joining],
+                                            [a.request.settings for a in joining])
+            staying = []
+            for row, (active, token) in enumerate(zip(joining, prefilled.tokens, strict=True)):
+                finished = self._advance(active, token)
+                if finished:
+                    done.append(finished)
+                else:
+                    staying.append(row)
+            for row, slot in zip(staying, self.engine.insert(prefilled, staying), strict=True):
+                joining[row].slot = slot
+                self._running[slot] = joining[row]
         started = None
         if self._running:
             started = (self.engine.dispatch(),

@@ -1,10 +1,12 @@
 """The decoding engine: a pool of KV-cache rows (slots) that requests join and leave.
 
-A request's prompt is prefilled on its own (one row, right-padded to a bucket length so that
-each bucket compiles once), which also draws its first token; ``insert`` copies that row into a
-free slot; ``generate`` then advances every slot by one token in one call of one compiled
-program, each row at its own position (pax-transformer's per-row cache index) with its own
-sampling settings and key; ``free`` gives a finished request's slot back. A free slot still
+The prompts of the requests joining together are prefilled together: one call over their rows,
+right-padded to the bucket length of the longest (each row's cache index set back to its own
+length) and their row count padded to a power of two, so that each bucket and row count
+compiles once; it also draws each prompt's first token. ``insert`` copies those rows into free
+slots in one call; ``generate`` then advances every slot by one token in one call of one
+compiled program, each row at its own position (pax-transformer's per-row cache index) with
+its own sampling settings and key; ``free`` gives a finished request's slot back. A free slot still
 computes in ``generate`` (the pool's shape never changes), on whatever it last held, its index
 kept inside the cache; its token is not read.
 
@@ -43,12 +45,12 @@ def prefill_buckets(max_seq_len: int, smallest: int = SMALLEST_BUCKET) -> tuple[
 
 @dataclasses.dataclass(frozen=True)
 class Prefilled:
-    """A prompt run through the decoder on its own: ``row``, the one-row state ``insert``
-    copies into a slot (its cache, first token and settings, on the device), and ``token``,
-    the first token it drew."""
+    """Prompts run through the decoder together: ``rows``, the state ``insert`` copies into
+    slots (their caches, first tokens and settings, on the device; padded rows after the
+    prompts'), and ``tokens``, the first token each prompt drew."""
 
-    row: Any
-    token: int
+    rows: Any
+    tokens: list[int]
 
 
 class Engine:
@@ -65,7 +67,8 @@ class Engine:
         self.decoder, self.slots = decoder, slots
         self.max_seq_len: int = decoder.max_seq_len
         self.buckets = prefill_buckets(self.max_seq_len, smallest_bucket)
-        self._row_cache = cache_shapes(decoder, 1)
+        # How many rows a prefill computes: the prompts' count padded to one of these.
+        self.row_counts = prefill_buckets(slots, 1)
         axes = row_axes(decoder)
         state_axes = {"cache": axes, **dict.fromkeys((*_SETTINGS, "tokens"), 0)}
         pool = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), cache_shapes(decoder, slots))
@@ -79,7 +82,7 @@ class Engine:
                                       **_settings_arrays([SamplingSettings()] * slots)},
                                      placement)
         self._free = list(range(slots))
-        self._prefill = jax.jit(self._prefill_row, out_shardings=placement)
+        self._prefill = jax.jit(self._prefill_rows, out_shardings=placement)
         self._insert = jax.jit(partial(_insert, state_axes), out_shardings=placement,
                                donate_argnums=0)
         self._generate = jax.jit(self._step, out_shardings=placement, donate_argnums=1)
@@ -99,28 +102,42 @@ class Engine:
         """The padded length of a prompt of ``length`` tokens."""
         return next(b for b in self.buckets if b >= length)
 
-    def prefill(self, prompt: Sequence[int], settings: SamplingSettings) -> Prefilled:
-        """Run ``prompt`` through the decoder on its own and draw its first token."""
-        self.check_prompt(prompt)
-        ids = np.zeros((1, self.bucket(len(prompt))), np.int32)
-        ids[0, :len(prompt)] = prompt
-        row = self._prefill(self.variables, ids, np.int32(len(prompt)),
-                            _settings_arrays([settings]))
-        return Prefilled(row, int(np.asarray(row["tokens"])[0]))
+    def prefill(self, prompts: Sequence[Sequence[int]],
+                settings: Sequence[SamplingSettings]) -> Prefilled:
+        """Run ``prompts`` (at most ``slots`` of them), each with its ``settings``, through
+        the decoder together and draw each one's first token."""
+        if not 0 < len(prompts) <= self.slots or len(settings) != len(prompts):
+            raise ValueError(f"prefill takes 1 to {self.slots} prompts, each with its "
+                             f"settings; got {len(prompts)} prompts, {len(settings)} settings")
+        for prompt in prompts:
+            self.check_prompt(prompt)
+        rows = next(r for r in self.row_counts if r >= len(prompts))
+        ids = np.zeros((rows, self.bucket(max(map(len, prompts)))), np.int32)
+        lengths = np.ones(rows, np.int32)  # a padded row: one token, its draw not read
+        for row, prompt in enumerate(prompts):
+            ids[row, :len(prompt)], lengths[row] = prompt, len(prompt)
+        padded = [*settings, *[SamplingSettings()] * (rows - len(prompts))]
+        state = self._prefill(self.variables, ids, lengths, _settings_arrays(padded))
+        return Prefilled(state, np.asarray(state["tokens"])[:len(prompts)].tolist())
 
     @property
     def free_slots(self) -> int:
         """How many slots hold no request."""
         return len(self._free)
 
-    def insert(self, prefilled: Prefilled) -> int:
-        """Copy a prefilled row into a free slot, which ``generate`` then advances; its
-        number."""
-        if not self._free:
-            raise RuntimeError(f"all {self.slots} slots are taken: free one first")
-        slot = self._free.pop(0)
-        self._state = self._insert(self._state, prefilled.row, np.int32(slot))
-        return slot
+    def insert(self, prefilled: Prefilled, rows: Sequence[int] | None = None) -> list[int]:
+        """Copy the prefilled ``rows`` (every prompt's by default) into free slots, which
+        ``generate`` then advances; their slot numbers, in the rows' order."""
+        rows = range(len(prefilled.tokens)) if rows is None else rows
+        if len(rows) > len(self._free):
+            raise RuntimeError(f"{len(rows)} rows to insert and {len(self._free)} of "
+                               f"{self.slots} slots free: free some first")
+        taken, self._free = self._free[:len(rows)], self._free[len(rows):]
+        # Where each computed row goes: a slot, or past the last (dropped) for the others.
+        targets = np.full(len(prefilled.rows["tokens"]), self.slots, np.int32)
+        targets[list(rows)] = taken
+        self._state = self._insert(self._state, prefilled.rows, targets)
+        return taken
 
     def free(self, slot: int) -> None:
         """Give ``slot`` back: its request has ended."""
@@ -142,23 +159,24 @@ class Engine:
 
     def compilations(self) -> dict[str, int]:
         """How many programs each of the engine's calls has compiled: ``prefill`` one a
-        bucket used, ``insert`` and ``generate`` one each."""
+        bucket and row count used, ``insert`` one a row count, ``generate`` one."""
         return {name: fn._cache_size() for name, fn in (
             ("prefill", self._prefill), ("insert", self._insert), ("generate", self._generate))}
 
-    def _prefill_row(self, variables: dict[str, Any], ids: jax.Array, length: jax.Array,
-                     settings: dict[str, jax.Array]) -> dict[str, Any]:
-        """The one-row state of a right-padded prompt: its cache with the index set back to
-        the prompt's length (the padding's keys lie past it, masked until overwritten), and
-        the first token drawn from the last prompt position's logits."""
-        empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), self._row_cache)
+    def _prefill_rows(self, variables: dict[str, Any], ids: jax.Array, lengths: jax.Array,
+                      settings: dict[str, jax.Array]) -> dict[str, Any]:
+        """The state of right-padded prompts: their cache with each row's index set back to
+        its prompt's length (the padding's keys lie past it, masked until overwritten), and
+        the first tokens drawn from each prompt's last position's logits."""
+        empty = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype),
+                             cache_shapes(self.decoder, ids.shape[0]))
         logits, mutated = self.decoder.apply({**variables, "cache": empty}, ids, decode=True,
                                              mutable=["cache"])
-        cache = {**mutated["cache"], "index": jnp.reshape(length, (1,))}
-        last = jax.lax.dynamic_slice_in_dim(logits[0], length - 1, 1)
-        token = sample(last, settings["seed"], cache["index"], settings["temperature"],
-                       settings["top_k"], settings["top_p"])
-        return {"cache": cache, "tokens": token, **settings}
+        cache = {**mutated["cache"], "index": lengths}
+        last = logits[jnp.arange(ids.shape[0]), lengths - 1]
+        tokens = sample(last, settings["seed"], lengths, settings["temperature"],
+                        settings["top_k"], settings["top_p"])
+        return {"cache": cache, "tokens": tokens, **settings}
 
     def _step(self, variables: dict[str, Any], state: dict[str, Any]
               ) -> tuple[dict[str, Any], jax.Array]:
@@ -187,8 +205,9 @@ def _settings_arrays(settings: Sequence[SamplingSettings]) -> dict[str, np.ndarr
             "seed": np.asarray([s.seed for s in settings], np.uint32)}
 
 
-def _insert(axes: Any, state: Any, row: Any, slot: jax.Array) -> Any:
-    """``state`` with ``row`` (one row of every entry) written at ``slot``."""
+def _insert(axes: Any, state: Any, rows: Any, targets: jax.Array) -> Any:
+    """``state`` with each of ``rows`` (rows of every entry) written at its slot in
+    ``targets``; a target past the last slot drops its row."""
     return jax.tree.map(
-        lambda pool, new, axis: jax.lax.dynamic_update_slice_in_dim(
-            pool, new.astype(pool.dtype), slot, axis), state, row, axes)
+        lambda pool, new, axis: pool.at[(slice(None),) * axis + (targets,)].set(
+            new.astype(pool.dtype), mode="drop"), state, rows, axes)

@@ -219,12 +219,14 @@ def settled(text: str, stop: Sequence[str]) -> str:
 
 def warm_up(batcher: Batcher, prompt_token: int) -> dict[str, int]:
     """Compile every program a request can need before the first one arrives: a prefill per
-    bucket and the insert and generate steps. Runs before the service starts; the engine's
-    compilation counts after."""
+    bucket and row count, an insert per row count and the generate step. Runs before the
+    service starts; the engine's compilation counts after."""
     engine = batcher.engine
-    for bucket in engine.buckets:
-        length = min(bucket, engine.max_seq_len - 1)
-        engine.prefill([prompt_token] * length, SamplingSettings())
-    list(batcher.run([Request([prompt_token], SamplingSettings(max_tokens=2))]))
+    for rows in engine.row_counts:
+        for bucket in engine.buckets:
+            length = min(bucket, engine.max_seq_len - 1)
+            engine.prefill([[prompt_token] * length] * rows, [SamplingSettings()] * rows)
+        requests = [Request([prompt_token], SamplingSettings(max_tokens=2))] * rows
+        list(batcher.run(requests))  # its rows join together: their insert compiles
     return engine.compilations()
 
