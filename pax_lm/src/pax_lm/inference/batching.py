@@ -56,8 +56,8 @@ class Batcher:
     completions' text, which stop strings need.
 
     ``submit`` queues a request; each ``step`` moves waiting requests into free slots
-    (prefilling them together), advances every slot by one token and returns the requests that ended.
-    ``run`` does that for a list of requests, yielding their completions in order.
+    (prefilling them together), advances every slot by one token and returns the requests that
+    ended. ``run`` does that for a list of requests, yielding their completions in order.
     """
 
     def __init__(self, engine: Engine,
