@@ -146,7 +146,7 @@ def test_tensorboard_hides_the_steps_a_resume_trains_again(job):
     _train(job, "NUM_TRAIN_STEPS=6", *EVERY_STEP)
     events = EventAccumulator(str(job / "summaries" / "train"))
     events.Reload()
-    steps = [e.step for e in events.Scalars("loss")]
+    steps = [e.step for e in events.Scalars("train/loss")]
     assert steps == [1, 2, 3, 4, 5, 6]
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import io
 import json
 import math
+import socket
 import struct
+import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -19,7 +22,7 @@ from tensorboardX.record_writer import masked_crc32c
 
 from pax_core.loggers.console import ConsoleLogger, format_value
 from pax_core.loggers.jsonl import JsonlLogger
-from pax_core.loggers.tensorboard import TensorBoardLogger
+from pax_core.loggers.tensorboard import TensorBoardLogger, tag
 
 # Values exact in float32, the precision of TensorBoard scalars, so they compare with ``==``.
 HPARAMS = {"learning_rate": 0.125, "model": "mlp|wide"}
@@ -68,7 +71,8 @@ def _write_tensorboard(job_dir: Path) -> None:
     logger = TensorBoardLogger(str(job_dir))
     _start(logger, start_step=1)
     logger.write(1, "train", {"loss": 2.5, "learning_rate": 0.125})
-    logger.write(2, "train", {"loss": 2.25, "learning_rate": 0.125})
+    logger.write(2, "train", {"loss": 2.25, "learning_rate": 0.125, "steps_per_sec": 10.0,
+                              "time_step_ms": 100.0})
     logger.write(2, "eval/test", {"loss": 1.75})
     logger.write(2, "eval/valid", {"loss": 1.5, "accuracy": 0.75})
     logger.text(2, "sample", "hello")
@@ -108,17 +112,21 @@ def test_tensorboard_splits_runs_and_records_scalars_and_text(tmp_path):
     _write_tensorboard(tmp_path)
 
     summaries = tmp_path / "summaries"
-    assert sorted(p.name for p in summaries.iterdir()) == ["eval_test", "eval_valid", "train"]
+    assert sorted(p.name for p in summaries.iterdir() if p.is_dir()) == [
+        "eval_test", "eval_valid", "train"]
     assert _summaries(summaries / "train") == {
         "hparams/text_summary": [
             (1, "| name | value |\n| --- | --- |\n| learning_rate | 0.125 |\n"
                 "| model | mlp\\|wide |")],
-        "loss": [(1, 2.5), (2, 2.25)],
-        "learning_rate": [(1, 0.125), (2, 0.125)],
+        "train/loss": [(1, 2.5), (2, 2.25)],
+        "train/learning_rate": [(1, 0.125), (2, 0.125)],
+        "perf/steps_per_sec": [(2, 10.0)],
+        "time/step_ms": [(2, 100.0)],
         "sample/text_summary": [(2, "hello")],
     }
-    assert _summaries(summaries / "eval_test") == {"loss": [(2, 1.75)]}
-    assert _summaries(summaries / "eval_valid") == {"loss": [(2, 1.5)], "accuracy": [(2, 0.75)]}
+    assert _summaries(summaries / "eval_test") == {"eval/loss": [(2, 1.75)]}
+    assert _summaries(summaries / "eval_valid") == {"eval/loss": [(2, 1.5)],
+                                                    "eval/accuracy": [(2, 0.75)]}
 
 
 def test_tensorboard_event_files_load_in_tensorboard(tmp_path):
@@ -129,10 +137,10 @@ def test_tensorboard_event_files_load_in_tensorboard(tmp_path):
 
     train = EventAccumulator(str(tmp_path / "summaries" / "train"))
     train.Reload()
-    assert [(e.step, e.value) for e in train.Scalars("loss")] == [(1, 2.5), (2, 2.25)]
+    assert [(e.step, e.value) for e in train.Scalars("train/loss")] == [(1, 2.5), (2, 2.25)]
     valid = EventAccumulator(str(tmp_path / "summaries" / "eval_valid"))
     valid.Reload()
-    assert [(e.step, e.value) for e in valid.Scalars("accuracy")] == [(2, 0.75)]
+    assert [(e.step, e.value) for e in valid.Scalars("eval/accuracy")] == [(2, 0.75)]
 
 
 def test_tensorboard_resume_within_the_same_second_keeps_the_earlier_run(tmp_path, monkeypatch):
@@ -151,7 +159,7 @@ def test_tensorboard_resume_within_the_same_second_keeps_the_earlier_run(tmp_pat
 
     train = EventAccumulator(str(tmp_path / "summaries" / "train"))
     train.Reload()
-    assert [(e.step, e.value) for e in train.Scalars("loss")] == [
+    assert [(e.step, e.value) for e in train.Scalars("train/loss")] == [
         (1, 1.0), (2, 2.0), (3, 5.0), (4, 6.0), (5, 7.0), (6, 8.0)]
 
 
@@ -163,20 +171,47 @@ def test_format_value_is_compact(value, text):
     assert format_value(value) == text
 
 
-def test_console_prints_plain_lines_when_not_a_terminal(tmp_path, capsys):
+def test_console_prints_plain_lines_when_not_a_terminal(tmp_path, capsys, monkeypatch):
+    clock = iter([1000.0, 1000.0, 1000.0 + 3725, 1000.0 + 3730])
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     logger = ConsoleLogger(str(tmp_path))
-    _start(logger, start_step=40)
+    logger.start(experiment="MlpSynthetic", start_step=40, num_train_steps=100,
+                 hparams={**HPARAMS, "eval_metric": "eval/test accuracy"})
     logger.progress(41)
-    logger.write(50, "train", {"loss": 2.34123, "learning_rate": 1e-5, "steps_per_sec": 12.3})
+    logger.write(50, "train", {"learning_rate": 1e-5, "loss": 2.34123, "steps_per_sec": 0.01})
     logger.progress(51)
-    logger.write(50, "eval/test", {"loss": 2.5})
+    logger.write(50, "eval/test", {"loss": 2.5, "accuracy": 0.625})
+    logger.write(60, "train", {"loss": 2.0, "grad_norm": 3.0})
     logger.close()
 
+    # The loss first, the eval metric once evaluated, the time since the start and left.
     assert capsys.readouterr().out.splitlines() == [
         "MlpSynthetic: resuming from step 40 of 100",
-        "step 50 train loss=2.341 learning_rate=1e-05 steps_per_sec=12.3",
-        "step 50 eval/test loss=2.5",
+        "step 50/100 loss=2.341 steps_per_sec=0.01 elapsed=1:02:05 eta=1:23:20",
+        "step 50 eval/test loss=2.5 accuracy=0.625",
+        "step 60/100 loss=2 eval/test/accuracy=0.625 elapsed=1:02:10",
     ]
+
+
+def test_console_verbose_lines_hold_every_metric(tmp_path, capsys):
+    logger = ConsoleLogger(str(tmp_path))
+    logger.start(experiment="MlpSynthetic", start_step=0, num_train_steps=100,
+                 hparams={**HPARAMS, "verbose": True})
+    logger.write(50, "train", {"loss": 2.34123, "learning_rate": 1e-5, "steps_per_sec": 12.3})
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        "step 50 train loss=2.341 learning_rate=1e-05 steps_per_sec=12.3")
+
+
+@pytest.mark.parametrize(("kind", "name", "expected"), [
+    ("train", "loss", "train/loss"), ("train", "grad_norm", "train/grad_norm"),
+    ("train", "steps_per_sec", "perf/steps_per_sec"), ("train", "mfu", "perf/mfu"),
+    ("train", "model_tflops_per_device", "perf/model_tflops_per_device"),
+    ("train", "host_memory_gib", "perf/host_memory_gib"),
+    ("train", "time_input_ms", "time/input_ms"), ("eval/test", "loss", "eval/loss"),
+    ("eval/valid", "time_ms", "eval/time_ms"),
+])
+def test_tensorboard_tags_fall_in_four_groups(kind, name, expected):
+    assert tag(kind, name) == expected
 
 
 def test_console_fresh_start_line(tmp_path, capsys):
@@ -200,7 +235,77 @@ def test_console_on_a_terminal_shows_a_bar_with_the_latest_train_values(tmp_path
     logger.close()
 
     out = Text.from_ansi(terminal.getvalue()).plain
-    assert "step 50 train loss=2.5 steps_per_sec=12" in out
+    assert "step 50/100 loss=2.5 steps_per_sec=12 elapsed=" in out
     assert "step 50 eval/test loss=1.75" in out
     assert "step 50/100" in out
     assert "loss 2.5  12 steps/s" in out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _post(url: str, body: dict) -> dict:
+    request = urllib.request.Request(url, json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.load(response)
+
+
+@pytest.mark.slow
+def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_jobs(tmp_path):
+    """Two jobs under one --logdir, read by a real TensorBoard server as its HParams dashboard
+    reads them: one session a job, with its settings and its last train loss and eval
+    metric; the job that reached its last step ended, the other left open."""
+    pytest.importorskip("tensorboard")
+    for job, rate, steps in (("fast", 0.5, 100), ("slow", 0.125, 50)):
+        logger = TensorBoardLogger(str(tmp_path / job))
+        logger.start(experiment="MlpSynthetic", start_step=0, num_train_steps=100,
+                     hparams={"learning_rate": rate, "model": "mlp", "eval_metric":
+                              "eval/test accuracy"})
+        for step in range(10, steps + 1, 10):
+            logger.write(step, "train", {"loss": rate * 1000 / step, "steps_per_sec": 5.0})
+        logger.write(steps, "eval/test", {"accuracy": rate + 0.25, "loss": 1.0})
+        logger.close()
+
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(tmp_path), "--host",
+         "127.0.0.1", "--port", str(port)], stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/data/plugin/hparams"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            assert server.poll() is None and time.monotonic() < deadline
+            try:
+                groups = _post(f"{url}/session_groups", {
+                    "experimentName": "", "startIndex": 0, "sliceSize": 10,
+                    "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_RUNNING"],
+                    "colParams": []})
+                if groups.get("totalSize") == 2:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.5)
+        experiment = _post(f"{url}/experiment", {"experimentName": ""})
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+    sessions = {g["name"]: g for g in groups["sessionGroups"]}
+    assert set(sessions) == {"fast/summaries", "slow/summaries"}
+    for job, rate, steps in (("fast", 0.5, 100), ("slow", 0.125, 50)):
+        found = sessions[f"{job}/summaries"]
+        assert found["hparams"]["learning_rate"] == rate and found["hparams"]["model"] == "mlp"
+        metrics = {(m["name"]["group"], m["name"]["tag"]): (m["trainingStep"], m["value"])
+                   for m in found["metricValues"]}
+        assert metrics == {("train", "train/loss"): (steps, rate * 1000 / steps),
+                           ("eval_test", "eval/accuracy"): (steps, rate + 0.25)}
+    assert [s["status"] for s in sessions["fast/summaries"]["sessions"]] == ["STATUS_SUCCESS"]
+    assert [s["status"] for s in sessions["slow/summaries"]["sessions"]] == ["STATUS_UNKNOWN"]
+    assert {i["name"]: i["type"] for i in experiment["hparamInfos"]} == {
+        "learning_rate": "DATA_TYPE_FLOAT64", "model": "DATA_TYPE_STRING",
+        "eval_metric": "DATA_TYPE_STRING"}

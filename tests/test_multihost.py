@@ -80,8 +80,9 @@ def test_two_processes_train_as_one_process_with_as_many_devices(two_process_job
     # Process 0 alone wrote the record and the metrics, and printed the summaries.
     assert len(_lines(job_dir, "runs.jsonl")) == 1
     assert _per_process(launched.stdout, 1) == []
-    assert [line for line in _per_process(launched.stdout, 0) if " train " in line] == [
-        line for line in launched.stdout.splitlines() if " train " in line]
+    step_lines = [line for line in launched.stdout.splitlines() if " step 10/20 " in line]
+    assert len(step_lines) == 1 and step_lines == [
+        line for line in _per_process(launched.stdout, 0) if " step 10/20 " in line]
     assert "Gloo" not in launched.stdout + launched.stderr
 
 

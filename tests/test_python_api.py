@@ -66,7 +66,7 @@ def test_two_trainings_in_one_process_are_the_same_training(trained):
     assert second.loss == first.loss
     assert second.eval_metrics == first.eval_metrics
     # What a notebook shows: the console's step lines, plain, for both runs.
-    assert len(re.findall(rf"^step {STEPS} train .*loss=", printed, re.M)) == 2
+    assert len(re.findall(rf"^step {STEPS}/{STEPS} loss=", printed, re.M)) == 2
     assert len(re.findall(rf"^step {STEPS} eval/test .*loss=", printed, re.M)) == 2
     assert "\x1b[" not in printed
 

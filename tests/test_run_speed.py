@@ -20,7 +20,7 @@ MLP = ["--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=40"]
 @pytest.fixture(scope="module")
 def mlp_job(tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
     job_dir = tmp_path_factory.mktemp("speed") / "job"
-    result = run_pax("train", *MLP, "--job-dir", str(job_dir))
+    result = run_pax("train", *MLP, "--job-dir", str(job_dir), "--verbose")
     assert result.returncode == 0, result.stderr
     return job_dir, result
 
@@ -60,7 +60,9 @@ def test_every_summary_has_utilisation_and_the_time_breakdown(mlp_job):
     # Launch to the first step's end: the imports, the data and the compile come before it.
     assert train[0]["startup_sec"] > train[0]["first_step_sec"]
     assert "first_step_sec" not in train[1] and "startup_sec" not in train[1]
+    # --verbose puts every metric on the step lines: the host's memory among them.
     assert " mfu=" in result.stdout and " time_input_ms=" in result.stdout
+    assert all(0.05 < r["host_memory_gib"] < 24 for r in train)
 
 
 def test_tensorboard_has_the_utilisation_curves_and_their_settings(mlp_job):
@@ -68,8 +70,9 @@ def test_tensorboard_has_the_utilisation_curves_and_their_settings(mlp_job):
 
     train = EventAccumulator(str(mlp_job[0] / "summaries" / "train"))
     train.Reload()
-    assert {"mfu", "hfu", "model_tflops_per_device", "time_step_ms", "time_input_ms",
-            "time_checkpoint_ms", "time_eval_ms"} <= set(train.Tags()["scalars"])
+    assert {"perf/mfu", "perf/hfu", "perf/model_tflops_per_device", "perf/host_memory_gib",
+            "time/step_ms", "time/input_ms", "time/checkpoint_ms", "time/eval_ms",
+            "train/loss"} <= set(train.Tags()["scalars"])
     [settings] = train.Tensors("hparams/text_summary")
     text = settings.tensor_proto.string_val[0].decode()
     assert "| flops_formula | dense-v1 |" in text and "| peak_tflops_per_device |" in text

@@ -179,6 +179,13 @@ def train_command(
         help="Start a new job's weights from a job directory, a pax export folder or a "
         "weight format's folder (a Hugging Face one); task.train.init_from_rules map the "
         "names. A resumed job continues from its own checkpoints.")] = None,
+    loggers: Annotated[str | None, typer.Option(
+        "--loggers", metavar="NAMES",
+        help="The metric sinks, comma-separated (console,jsonl,tensorboard, or a plugin's: "
+        "pax plugins lists them); default: the experiment's LOGGERS.")] = None,
+    verbose: Annotated[bool, typer.Option(
+        "--verbose", help="Every metric on the console's step lines, not only the loss, the "
+        "eval metric, speed and time.")] = False,
     coordinator_address: AddressOpt = None,
     num_processes: NumProcessesOpt = None,
     process_id: ProcessIdOpt = None,
@@ -194,10 +201,13 @@ def train_command(
     if init_from is not None:  # a path as the job records it: from anywhere, the same folder
         where = init_from if "://" in init_from else str(Path(init_from).expanduser().resolve())
         set_items.append(f"task.train.init_from={where!r}")
+    if loggers is not None:
+        names = tuple(name.strip() for name in loggers.split(",") if name.strip())
+        set_items.append(f"LOGGERS={names!r}")
     commands.train(_host(ctx), exp=exp, plugin=plugin, set_items=set_items,
                    job_dir=job_dir, platform=platform, distributed=distributed,
                    peak_tflops=peak_tflops, profile_steps=window, restore_step=restore_step,
-                   evaluate=eval_on_test, config_file=config_file)
+                   evaluate=eval_on_test, config_file=config_file, verbose=verbose)
 
 
 def eval_command(
@@ -407,6 +417,26 @@ def plan_command(
     listing.show_plan(result, chosen)
 
 
+def plot_command(
+    job_dirs: Annotated[list[str], typer.Argument(
+        metavar="JOB_DIR", help="Jobs to draw, one colour each.", show_default=False)],
+    output: Annotated[str, typer.Option(
+        "--output", "-o", metavar="FILE",
+        help="The picture to write (.png, .svg or .pdf); replaced if it exists.")],
+    metrics: Annotated[list[str] | None, typer.Option(
+        "--metric", "-m", metavar="METRIC",
+        help="A metric to draw, one panel each (repeat the option): a name (loss, accuracy: "
+        "train and every eval dataset) or KIND NAME ('eval/test accuracy'); default: the loss "
+        "and the runs' eval metric.")] = None,
+) -> None:
+    """Draw jobs' metrics against the step into one picture (from each job's metrics.jsonl),
+    to compare runs."""
+    from pax_core.commands.plot import plot_jobs
+
+    drawn = plot_jobs(job_dirs, output, metrics or [])
+    typer.echo(f"wrote {', '.join(drawn)} of {len(job_dirs)} job(s) to {output}")
+
+
 def launch_command(
     processes: Annotated[str, typer.Option(
         "--processes", "-n", metavar="N", help="How many processes to start.")],
@@ -512,7 +542,7 @@ def _as_app(function: Callable[..., Any]) -> typer.Typer:
 BUILTIN: dict[str, Callable[..., Any]] = {
     "experiments": experiments_command, "config": config_command, "train": train_command,
     "eval": eval_command, "export": export_command, "import": import_command,
-    "plan": plan_command, "launch": launch_command,
+    "plan": plan_command, "launch": launch_command, "plot": plot_command,
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import signal
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -25,6 +26,7 @@ from pax_core.errors import PaxError, RunError, Stopped, UsageError, warn
 from pax_core.files import job_path, storage_failure
 from pax_core.loggers import LoggerGroup
 from pax_core.loggers.base import Logger
+from pax_core.loggers.console import run_summary
 from pax_core.parallel.processes import DistributedOptions, check_same_software, from_primary
 from pax_core.plugins.host import PluginHost
 from pax_core.plugins.notify import RunInfo, notify
@@ -104,6 +106,10 @@ class _Latest(Logger):
         super().__init__("")
         self.train: dict[str, float] = {}
         self.evals: dict[str, dict[str, float]] = {}
+        self.trained = False  # whether this invocation trained (a run started)
+
+    def start(self, **kwargs: Any) -> None:
+        self.trained = True
 
     def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
         if kind == "train":
@@ -125,7 +131,7 @@ def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
                  peak_tflops: float | None = None,
                  profile_steps: tuple[int, int] | None = None,
                  restore_step: int | None = None, evaluate: bool = True,
-                 config_file: str | None = None) -> Trained:
+                 config_file: str | None = None, verbose: bool = False) -> Trained:
     """Train (or resume) ``exp`` in ``job_dir``; returns how it ended. Without ``exp``
     the job's recorded experiment, overrides (before ``set_items``) and config file are used,
     as readers of a job do: a job ``pax import`` made trains as it is.
@@ -135,8 +141,10 @@ def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
     to trace (``pax_core.speed.profiling``). ``restore_step`` restarts from that checkpoint,
     setting the later ones aside (``JOB_DIR/rolled_back_checkpoints``); without ``evaluate``
     the eval datasets are not evaluated during training; ``config_file`` is a Fiddle JSON
-    config (a job's ``config.json``) trained in place of the experiment's.
+    config (a job's ``config.json``) trained in place of the experiment's; ``verbose`` puts
+    every metric on the console's step lines.
     """
+    started = time.monotonic()
     jd = JobDir(job_dir)
     if exp is None:
         if not jd.path.exists():
@@ -154,7 +162,8 @@ def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
     try:
         with _locked(jd, primary), library_logs(jd.path, jax.process_index()):
             status, step, signum = _train_locked(
-                host, run, jd, primary, TrainLoopOptions(peak_tflops, profile_steps, evaluate),
+                host, run, jd, primary,
+                TrainLoopOptions(peak_tflops, profile_steps, evaluate, verbose),
                 restore_step, config_file, latest)
     except PaxError:
         raise
@@ -167,6 +176,12 @@ def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
     if status == "interrupted":
         raise Stopped(f"stopped on request ({signal.Signals(signum).name}) at step {step}; the "
                       f"checkpoint is saved: run the same command to resume", signum)
+    if primary and latest.trained:
+        shown = "tensorboard" in run.resolved.experiment.LOGGERS
+        print("\n".join(run_summary(
+            run.resolved.name, step, run.task.train.num_train_steps,
+            time.monotonic() - started, latest.train, latest.evals,
+            str(jd.checkpoints / str(step)), str(jd.path), tensorboard=shown)), flush=True)
     return Trained(status, step, latest.train, latest.evals)
 
 
@@ -178,6 +193,8 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
     checkpointer = run.make_checkpointer(str(jd.checkpoints))
     status, step = "failed", 0
     try:
+        if primary:  # the first step's program: seconds to minutes of silence otherwise
+            print(f"{run.resolved.name}: compiling the train step", flush=True)
         loop = TrainLoop(run, checkpointer, host, options)
         state, step = restore_or_init(host, run, checkpointer, restore_step)
         if run.task.train.init_from and not checkpointer.all_steps():

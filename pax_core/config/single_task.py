@@ -129,9 +129,10 @@ class SingleTaskExperiment(Experiment):
 
     The global batch is ``PERCORE_BATCH_SIZE`` times the devices (the declared mesh's, or all
     of them without one: Pax's rule) or, for a modality whose recipes fix it, ``BATCH_SIZE``;
-    exactly one of the two is set. ``EARLY_STOP_TARGET`` ends training once the first eval
-    set's ``EARLY_STOP_METRIC`` reaches it. Constants of another optimizer or schedule than the
-    chosen ones are read by nothing.
+    exactly one of the two is set. ``EARLY_STOP_METRIC`` is the eval metric that stands for
+    the model's quality (the step lines show it: ``task.train.eval_metric``);
+    ``EARLY_STOP_TARGET`` ends training once the first eval set's reaches it. Constants of
+    another optimizer or schedule than the chosen ones are read by nothing.
     """
 
     # The batch.
@@ -262,6 +263,7 @@ class SingleTaskExperiment(Experiment):
             summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
             eval_interval_steps=self.EVAL_INTERVAL_STEPS,
             early_stopping=self.early_stopping(),
+            eval_metric=self.EARLY_STOP_METRIC,
             eval_use_ema_states=self.EVAL_USE_EMA_STATES,
         )
 

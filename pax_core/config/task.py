@@ -138,6 +138,8 @@ class Train:
     ``on_damaged_checkpoint``: a newest checkpoint whose files fail their checksums or do not
     restore is set aside and the one before it restored (``fallback``), or stops the run
     (``stop``). ``early_stopping``: an ``EarlyStopping`` that ends the run at its target.
+    ``eval_metric``: the eval metric that stands for the model's quality (the first eval
+    dataset's), which the step lines and the end of a run show beside the loss.
 
     ``eval_use_ema_states``: evaluate (during training and in ``pax eval``), decode and export
     the moving average of the parameters (the optimizer's ``ema_decay``) instead of the
@@ -168,6 +170,7 @@ class Train:
     random_seed: int = 1234
     on_damaged_checkpoint: str = "fallback"
     early_stopping: Any = None
+    eval_metric: str = "loss"
     eval_use_ema_states: bool = False
     init_from: str | None = None
     init_from_rules: tuple[tuple[str, str], ...] = (("(.*)", "{}"),)

@@ -2,11 +2,18 @@
 
 A log file or a batch scheduler wants one self-contained line per summary with no control codes,
 so the mode is chosen once, from ``sys.stdout.isatty()``, when the logger is built.
+
+A train summary's line holds what a person watching the run looks for, in a fixed order: the
+step out of the total, the loss, the model's eval metric as last evaluated, steps/s, the time
+since training started and the time it should still take. Every other metric goes to the JSON
+lines and TensorBoard, or onto the line too with ``pax train --verbose`` (the ``verbose``
+setting in the run's ``hparams``).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +33,12 @@ from pax_core.loggers.base import Logger
 def format_value(value: float) -> str:
     """Four significant digits; the ``g`` format turns scientific only for tiny or huge values."""
     return f"{value:.4g}"
+
+
+def format_duration(seconds: float) -> str:
+    """``1:02:03`` (hours, minutes, seconds)."""
+    whole = round(seconds)
+    return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
 def format_line(step: int, kind: str, metrics: Mapping[str, float]) -> str:
@@ -48,6 +61,24 @@ def speed_line(hparams: Mapping[str, Any]) -> str | None:
     hardware_text = format_value(hardware) if hardware is not None else "unknown"
     return (f"speed: MFU and HFU against {against}; model FLOPs per step {model_text}, "
             f"hardware FLOPs per step {hardware_text} by XLA cost analysis")
+
+
+def run_summary(name: str, step: int, total: int, seconds: float,
+                train: Mapping[str, float], evals: Mapping[str, Mapping[str, float]],
+                checkpoint: str, job_dir: str, tensorboard: bool) -> list[str]:
+    """The lines that end a run: where it got to and how long it took, its last loss and eval
+    results, its checkpoint, and how to look at it."""
+    lines = [f"{name}: trained to step {step} of {total} in {format_duration(seconds)}"]
+    if "loss" in train:
+        lines.append(f"  train loss={format_value(train['loss'])}")
+    lines += [f"  eval/{dataset} " + " ".join(f"{k}={format_value(v)}" for k, v in metrics.items())
+              for dataset, metrics in evals.items()]
+    lines.append(f"  checkpoint: {checkpoint}")
+    looks = [f"pax plot {job_dir} --output loss.png"]
+    if tensorboard:
+        looks.insert(0, f"tensorboard --logdir {job_dir}/summaries")
+    lines.append(f"  see the run: {', or '.join(looks)}")
+    return lines
 
 
 class _LatestColumn(ProgressColumn):
@@ -77,9 +108,18 @@ class ConsoleLogger(Logger):
             disable=not sys.stdout.isatty(),
         )
         self._task = self._bar.add_task("", start=False, loss=None, steps_per_sec=None)
+        self._total, self._started, self._verbose = 0, time.monotonic(), False
+        # The eval metric the step lines show (its kind and name) and its last value.
+        self._watched: tuple[str, str] | None = None
+        self._evaluated: float | None = None
 
     def start(self, *, experiment: str, start_step: int, num_train_steps: int,
               hparams: Mapping[str, Any]) -> None:
+        self._total, self._started = num_train_steps, time.monotonic()
+        self._verbose = bool(hparams.get("verbose"))
+        if isinstance(watched := hparams.get("eval_metric"), str) and " " in watched:
+            kind, name = watched.split(" ", 1)
+            self._watched = (kind, name)
         where = f"resuming from step {start_step}" if start_step > 0 else "starting at step 0"
         self._print(f"{experiment}: {where} of {num_train_steps}")
         if (line := speed_line(hparams)) is not None:
@@ -98,10 +138,31 @@ class ConsoleLogger(Logger):
         self._bar.update(self._task, completed=step)
 
     def write(self, step: int, kind: str, metrics: Mapping[str, float]) -> None:
-        if kind == "train":
-            latest = {name: metrics[name] for name in ("loss", "steps_per_sec") if name in metrics}
-            self._bar.update(self._task, **latest)
-        self._print(format_line(step, kind, metrics))
+        if self._watched is not None and kind == self._watched[0]:
+            self._evaluated = metrics.get(self._watched[1], self._evaluated)
+        if kind != "train":
+            self._print(format_line(step, kind, metrics))
+            return
+        latest = {name: metrics[name] for name in ("loss", "steps_per_sec") if name in metrics}
+        self._bar.update(self._task, **latest)
+        self._print(format_line(step, kind, metrics) if self._verbose
+                    else self._step_line(step, metrics))
+
+    def _step_line(self, step: int, metrics: Mapping[str, float]) -> str:
+        """``step 120/200 loss=0.41 eval/test/accuracy=0.9 steps_per_sec=185 elapsed=0:00:02
+        eta=0:00:00``; a value not known yet is left out."""
+        parts = [f"step {step}/{self._total}"]
+        if "loss" in metrics:
+            parts.append(f"loss={format_value(metrics['loss'])}")
+        if self._watched is not None and self._evaluated is not None:
+            parts.append(f"{'/'.join(self._watched)}={format_value(self._evaluated)}")
+        speed = metrics.get("steps_per_sec")
+        if speed is not None:
+            parts.append(f"steps_per_sec={format_value(speed)}")
+        parts.append(f"elapsed={format_duration(time.monotonic() - self._started)}")
+        if speed:
+            parts.append(f"eta={format_duration(max(self._total - step, 0) / speed)}")
+        return " ".join(parts)
 
     def close(self) -> None:
         self._bar.stop()

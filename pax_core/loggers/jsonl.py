@@ -37,6 +37,26 @@ def _step_of(line: str) -> int | None:
     return step if isinstance(step, int) else None
 
 
+def read_records(job_dir: str) -> list[dict[str, Any]]:
+    """The records of a job's ``metrics.jsonl``, each step's latest of each kind (a resumed
+    run's repeat of a step replaces the earlier one), lines that do not read skipped (one a
+    killed run left unfinished); [] before the first."""
+    path = job_path(job_dir) / "metrics.jsonl"
+    if not path.exists():
+        return []
+    latest: dict[tuple[int, str], dict[str, Any]] = {}
+    for line in read_text(path).splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if (isinstance(record, dict) and isinstance(record.get("step"), int)
+                and isinstance(record.get("kind"), str)):
+            latest.pop((record["step"], record["kind"]), None)
+            latest[(record["step"], record["kind"])] = record
+    return list(latest.values())
+
+
 class JsonlLogger(Logger):
     """Writes ``{"step": ..., "kind": ..., "time": ..., <metric>: ...}`` per summary."""
 

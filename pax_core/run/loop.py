@@ -31,6 +31,7 @@ from pax_core.run.build import Run
 from pax_core.run.compiled_steps import TrainSteps
 from pax_core.run.evaluation import Evaluator
 from pax_core.run.host_memory import release_freed_memory
+from pax_core.run.memory_use import memory_metrics
 from pax_core.run.state import TrainState, count_params
 from pax_core.speed.clock import StepClock, Utilisation, process_age
 from pax_core.speed.peak import device_peak
@@ -71,11 +72,13 @@ def _stop_on_signals(flag: dict[str, int], coordinated: bool):
 class TrainLoopOptions:
     """What ``pax train``'s own options change in the loop: the peak FLOP/s MFU is measured
     against (None: the device's), a window of steps to profile, and whether the eval datasets
-    are evaluated during training (Pax's ``--eval_on_test``)."""
+    are evaluated during training (Pax's ``--eval_on_test``), and whether the console's step
+    lines show every metric (``--verbose``)."""
 
     peak_tflops: float | None = None
     profile_steps: tuple[int, int] | None = None
     evaluate: bool = True
+    verbose: bool = False
 
 
 class TrainLoop:
@@ -98,6 +101,7 @@ class TrainLoop:
         self.clock = StepClock()
         self.profile_steps = options.profile_steps
         self.evaluates = options.evaluate and bool(run.eval_inputs)
+        self.verbose = options.verbose
         self._first_step: dict[str, float] = {}
         self.stop_signal = 0
         self.target_reached: tuple[int, str] | None = None
@@ -145,6 +149,7 @@ class TrainLoop:
         values.update(self.utilisation.metrics(steps_per_sec,
                                                self.train_steps.flops_since_last()))
         values.update(breakdown)
+        values.update(memory_metrics(jax.local_devices()))
         values.update(self._first_step)  # once per invocation, at its first summary
         self._first_step = {}
         self._log(step, "train", values)
@@ -313,6 +318,9 @@ class TrainLoop:
             "mesh_layout": self.run.mesh_layout,
             "compilation_cache": self.run.compilation_cache,
             **({"presets": self.run.presets} if self.run.presets else {}),
+            **({"eval_metric": f"eval/{self.run.eval_inputs[0].name} {train.eval_metric}"}
+               if self.evaluates else {}),
+            **({"verbose": True} if self.verbose else {}),
         }
 
     def _placement(self) -> dict[str, Any]:
