@@ -2,9 +2,9 @@
 frees up, and leave it when they end, the other slots decoding on meanwhile.
 
 The host checks each new token against the request's stop token ids, its stop strings (on the
-detokenized text: a string may span tokens), its ``max_tokens`` and the model's maximum
-length; the finish reason says which ended it: ``stop`` (a stop token or string) or ``length``
-(``max_tokens``, or the model's maximum length reached).
+text, decoded a token at a time: a string may span tokens), its ``max_tokens`` and the model's
+maximum length; the finish reason says which ended it: ``stop`` (a stop token or string) or
+``length`` (``max_tokens``, or the model's maximum length reached).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from pax_lm.decoding import SamplingSettings
+from pax_lm.inference.detokenizing import IncrementalText
 from pax_lm.inference.engine import Engine
 
 FinishReason = Literal["stop", "length"]
@@ -47,6 +48,7 @@ class Completion:
 class _Active:
     request_id: int
     request: Request
+    text: IncrementalText | None  # with a detokenizer
     tokens: list[int] = dataclasses.field(default_factory=list)
     slot: int | None = None
 
@@ -81,16 +83,17 @@ class Batcher:
         if request.settings.stop and self.detokenize is None:
             raise ValueError("stop strings are matched on the text: give the Batcher a "
                              "detokenize function")
-        active = _Active(next(self._ids), request)
+        text = IncrementalText(self.detokenize) if self.detokenize is not None else None
+        active = _Active(next(self._ids), request, text)
         self._waiting.append(active)
         return active.request_id
 
-    def partial(self, request_id: int) -> list[int]:
-        """The tokens a request still waiting or decoding has drawn so far (a copy), for a
-        caller that streams them."""
+    def partial(self, request_id: int) -> str:
+        """The text a request still waiting or decoding has so far (it only grows: a token
+        that may still change its text waits for the next), for a caller that streams it."""
         for active in (*self._running.values(), *self._waiting):
             if active.request_id == request_id:
-                return list(active.tokens)
+                return active.text.text if active.text is not None else ""
         raise KeyError(f"request {request_id} is not waiting or decoding")
 
     def cancel(self, request_id: int) -> bool:
@@ -167,9 +170,14 @@ class Batcher:
         if token in settings.stop_ids:
             return self._complete(active, "stop")
         active.tokens.append(token)
-        if settings.stop:
-            text = self.detokenize(active.tokens)
-            found = [i for i in (text.find(s) for s in settings.stop) if i >= 0]
+        piece = active.text.add(token) if active.text is not None else ""
+        if settings.stop and piece:
+            # Only a stop string that ends in the new piece is new: the earlier text was
+            # searched as it came.
+            text = active.text.text
+            since = len(text) - len(piece)
+            found = [i for i in (text.find(s, max(since - len(s) + 1, 0))
+                                 for s in settings.stop) if i >= 0]
             if found:
                 return Completion(active.request_id, active.tokens, text[:min(found)], "stop")
         if (len(active.tokens) >= settings.max_tokens
@@ -178,7 +186,7 @@ class Batcher:
         return None
 
     def _complete(self, active: _Active, reason: FinishReason) -> Completion:
-        text = self.detokenize(active.tokens) if self.detokenize else ""
+        text = active.text.finish() if active.text is not None else ""
         return Completion(active.request_id, active.tokens, text, reason)
 
 

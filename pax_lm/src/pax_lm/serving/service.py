@@ -12,9 +12,9 @@ refuses every new request with ``ShuttingDown`` (503) while those already in fin
 waits for that and ends the thread.
 
 Streamed text holds back what may still change: the tail that could begin a stop string (the
-final text is cut before one), and an unfinished character (a byte tokenizer's partial UTF-8,
-which decodes to U+FFFD until its last byte arrives), so a client never receives text that is
-later taken back.
+final text is cut before one); the Batcher's text already waits out a token whose text the next
+may change (a byte tokenizer's unfinished UTF-8 character). So a client never receives text
+that is later taken back.
 """
 
 from __future__ import annotations
@@ -27,8 +27,6 @@ from collections.abc import Sequence
 
 from pax_lm.decoding import SamplingSettings
 from pax_lm.inference import Batcher, Completion, Request
-
-REPLACEMENT = "\ufffd"
 
 
 class Busy(Exception):
@@ -186,11 +184,10 @@ class DecodeService:
             if handle.stream:
                 _send(handle, completion.text)
             self._end(completion.request_id, Done(completion))
-        detokenize = self.batcher.detokenize
         for request_id, handle in self._streams.items():
-            if handle.stream and detokenize is not None:
-                text = detokenize(self.batcher.partial(request_id))
-                _send(handle, settled(text, handle.request.settings.stop))
+            if handle.stream:
+                _send(handle, settled(self.batcher.partial(request_id),
+                                      handle.request.settings.stop))
 
     def _end(self, request_id: int, done: Done) -> None:
         self._finish(self._streams.pop(request_id), done)
@@ -202,17 +199,16 @@ class DecodeService:
 
 
 def _send(handle: Stream, text: str) -> None:
-    """Stream the part of ``text`` past what was sent (a text that no longer extends it, which
-    a detokenizer's merge could give, sends nothing until it does)."""
-    if text.startswith(handle.sent) and len(text) > len(handle.sent):
+    """Stream the part of ``text`` (what was sent, and more or nothing more) past what was
+    sent."""
+    if len(text) > len(handle.sent):
         handle._put(Delta(text[len(handle.sent):]))
         handle.sent = text
 
 
 def settled(text: str, stop: Sequence[str]) -> str:
-    """The part of a growing ``text`` that no later token can change: without a trailing
-    unfinished character, and without a tail that may be the start of a stop string."""
-    text = text.rstrip(REPLACEMENT)
+    """The part of a growing ``text`` that no later token can change: without a tail that may
+    be the start of a stop string."""
     held = max((k for s in stop for k in range(1, len(s)) if text.endswith(s[:k])), default=0)
     return text[:len(text) - held]
 
