@@ -1,6 +1,7 @@
-"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray`, `sweep`, `hf` and `paxml` (CI), `soak` (the
-fault trials at full count), `test_times` (CI's time, session by session and test by test),
-`tests_newest` (Python 3.12, newest jax), `lint`, `bench`.
+"""Sessions: `tests`, `plugin_kit`, `seqio`, `ray`, `loggers`, `sweep`, `hf` and `paxml` (CI),
+`soak` (the fault trials at full count), `test_times` (CI's time, session by session and test
+by test), `tests_newest` (Python 3.12, newest jax), `lint`, `bench`, `docs` (the documentation
+site), `notebooks` (docs/notebooks run on a Jupyter kernel).
 
 Environments are made and filled by uv (`pip install nox uv`), which installs this repository's
 packages in seconds where pip takes a minute."""
@@ -156,6 +157,22 @@ def ray(session: nox.Session) -> None:
                 env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
 
 
+@nox.session
+def loggers(session: nox.Session) -> None:
+    """pax-wandb and pax-mlflow in an environment of their own, since W&B's SDK and MLflow
+    (whose tracking server the tests start on 127.0.0.1) are large: each plugin's tests train
+    small jobs with its logger, W&B's offline and read back from the run's files, MLflow's
+    through the server (about 3 minutes on 2 cores, the installation included). No other
+    session installs them."""
+    session.install("-e", ".[test]", *_own("loggers"))
+    _pip_check(session)
+    # The two plugins' test files side by side: a file's tests share one trained job (and
+    # pax-mlflow's one server), so each file stays on one worker.
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
+                "-n", "auto", "--dist", "loadfile", *_own_tests("loggers"), *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
 # torch for CPU, from a local wheel folder where the machine keeps one (PyPI's Linux wheel of
 # torch pulls the CUDA libraries, gigabytes a CPU test does not use).
 TORCH_WHEELS = os.environ.get("PAX_TORCH_WHEELS", "/opt/wheels")
@@ -236,9 +253,9 @@ def sweep(session: nox.Session) -> None:
     session.run("uv", "venv", "-q", where, external=True)
     python = os.path.join(where, "bin", "python")
     install = ["uv", "pip", "install", "-q", "--python", python]
-    session.run(*install, "-e", ".[test]", external=True)
+    session.run(*install, "-e", ".", external=True)
     session.run(python, "-c", ABSENT, *SWEEP_ONLY, external=True)
-    session.run(*install, *_own("sweep"), "-e", TEST_PLUGIN, external=True)
+    session.run(*install, "-e", ".[test]", *_own("sweep"), "-e", TEST_PLUGIN, external=True)
     session.run("uv", "pip", "check", "-q", "--python", python, external=True)
     # Independent tests, most of their time in a few files' sweeps: spread test by test.
     session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
@@ -276,6 +293,56 @@ def test_times(session: nox.Session) -> None:
     session.run("python3", "bench/test_times.py", *session.posargs, external=True)
 
 
+# What the site documents: the packages whose commands the command-line reference lists (pax-seqio
+# and pax-ray add none, and their API pages are read from the source, so neither TensorFlow nor
+# Ray is installed here).
+DOCS_PACKAGES = [".", "plugins/pax_transformer", "plugins/pax_pipeline", "plugins/pax_multislice",
+                 "plugins/pax_gpu", "pax_lm", "pax_vision", "pax_speech", "plugins/pax_sweep"]
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site (mkdocs.yml): built with --strict, so a broken link, an anchor
+    that is not there or an unresolved API reference fails it, into site/; then opened in a
+    headless Chromium (docs_tools/test_site.py), every page checked for its content and
+    navigation and three of them photographed into the session's tmp/screenshots. Chromium is
+    Debian's `chromium`: installed here with apt-get where it is missing and this runs as root
+    (as CI does); elsewhere the test fails naming the package to install."""
+    session.install(*[arg for p in DOCS_PACKAGES for arg in ("-e", p)],
+                    "-r", "docs_tools/requirements.txt", "pytest>=9,<10")
+    _pip_check(session)
+    if shutil.which("chromium") is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        session.run("apt-get", "update", "-qq", external=True)
+        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True,
+                    env={"DEBIAN_FRONTEND": "noninteractive"})
+    # NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2, which these pins do not install.
+    session.run("mkdocs", "build", "--strict", "--clean",
+                env={"PAX_STRICT_PLUGINS": "1", "NO_MKDOCS_2_WARNING": "1"})
+    screenshots = os.path.join(session.create_tmp(), "screenshots")
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", "docs_tools",
+                "docs_tools/test_site.py", *session.posargs,
+                env={"PAX_SITE_DIR": "site", "PAX_SCREENSHOTS": screenshots})
+
+
+# The notebooks' runner: nbclient drives a kernel of ipykernel in the session's environment.
+NOTEBOOK_REQUIREMENTS = ("nbclient>=0.11,<0.12", "nbformat>=5.10,<6", "ipykernel>=7,<8",
+                         "jupyter-client>=8.6,<9", "pytest>=9,<10")
+
+
+@nox.session
+def notebooks(session: nox.Session) -> None:
+    """The notebooks in docs/notebooks (the quick start, an experiment and a plugin of one's
+    own, from Python) run top to bottom on a real Jupyter kernel of this environment, each
+    failing on any cell's error with its traceback, and are checked to be committed without
+    outputs. Installed as a user of the LM quick start installs Pax, with matplotlib."""
+    session.install("-e", ".[plot]", "-e", "plugins/pax_transformer", "-e", "pax_lm[corpus]",
+                    *NOTEBOOK_REQUIREMENTS)
+    _pip_check(session)
+    session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "docs/notebooks",
+                *session.posargs,
+                env={"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")})
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.17,<0.18")
@@ -290,7 +357,7 @@ def bench(session: nox.Session) -> None:
     (speed, start-up, memory), Pax's compiled step against the bare one (matrix products, FLOP
     and byte counts), compiling's phases and memory with and without the freed heap given back,
     a pipeline's step time and gradients against the unpipelined model's, and a `pax sweep`;
-    then the README's tables are generated from the results (bench/readme_tables.py).
+    then the documentation's tables are generated from the results (bench/doc_tables.py).
     Arguments go to bench/train_speed.py (`--models quickstart --rounds 2` takes 3 minutes).
     Installed as an LM user installs Pax, without the test extras and the other plugins, whose
     imports and registrations a user's `pax train` would not pay for; the sweep runs in an
@@ -308,4 +375,4 @@ def bench(session: nox.Session) -> None:
     session.run("uv", "pip", "install", "-q", "--python", python, "-e", ".", "-e",
                 "./plugins/pax_sweep", external=True)
     session.run(python, "bench/sweep_trials.py", external=True)
-    session.run("python", "bench/readme_tables.py")
+    session.run("python", "bench/doc_tables.py")

@@ -3,7 +3,7 @@
 
 Each result names where it came from (``provenance``): the commit it was measured at, whether
 the working tree held uncommitted changes then, the date and the command, so that a figure
-quoted from it (the README's tables are generated from these files by ``readme_tables.py``)
+quoted from it (the documentation's tables are generated from these files by ``doc_tables.py``)
 can be measured again.
 """
 
@@ -52,7 +52,7 @@ def provenance() -> dict[str, Any]:
 
 
 def describe(found: dict[str, Any]) -> str:
-    """One line saying where a result came from, for its table and the README's."""
+    """One line saying where a result came from, for its table and the documentation's."""
     dirty = " with uncommitted changes" if found.get("uncommitted_changes") else ""
     load = (f" (load average {found['load_average_15min']:.1f} on {found['cores']} cores)"
             if "load_average_15min" in found else "")

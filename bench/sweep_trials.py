@@ -1,4 +1,4 @@
-"""`pax sweep` as the README shows it: the core's ``MlpSynthetic`` tuned over its own search
+"""`pax sweep` as docs/sweeps.md shows it: the core's ``MlpSynthetic`` tuned over its own search
 space (learning rate and width, judged by the held-out loss), random search, ``--trials 12
 --parallel 2 --early-stop 100:0.5`` by default; timed, then its table read back from
 ``pax sweep --show``'s ``results.csv``.
@@ -46,7 +46,7 @@ def _value(text: str) -> Any:
 
 
 def markdown(result: dict) -> str:
-    """The trials, best first, as the README shows them."""
+    """The trials, best first, as docs/sweeps.md shows them."""
     header = result["header"]
     keys = [h for h in header if h not in ("trial", result["metric"], "steps", "wall_sec",
                                            "status")]

@@ -160,13 +160,15 @@ def _checkpoints(job_dir: str) -> str:
 
 def evaluate(job_dir: str | os.PathLike[str], *, step: int | None = None,
              overrides: Overrides = (), platform: str | None = None,
-             host: PluginHost | None = None) -> EvalResult:
+             host: PluginHost | None = None, exp: str | None = None) -> EvalResult:
     """Evaluate the job's latest checkpoint (or ``step``'s) on its eval datasets: ``pax
-    eval``. The job's recorded experiment and overrides, then ``overrides``, configure it."""
+    eval``. The job's recorded experiment and overrides, then ``overrides``, configure it;
+    ``exp`` names the experiment instead (one a job records only by its file, ``file.py:Class``,
+    is named so: reading a job imports registered code alone)."""
     from pax_core.commands.jobs import evaluate as evaluated
 
     where = _path(job_dir)
-    found, metrics = evaluated(host or default_host(), exp=None, plugin=None,
+    found, metrics = evaluated(host or default_host(), exp=exp, plugin=None,
                                set_items=set_items(overrides), job_dir=where,
                                platform=platform, step=step)
     return EvalResult(found, metrics, where)
@@ -174,19 +176,21 @@ def evaluate(job_dir: str | os.PathLike[str], *, step: int | None = None,
 
 def job_request(job_dir: str | os.PathLike[str], *, step: int | None = None,
                 overrides: Overrides = (), platform: str | None = None,
-                host: PluginHost | None = None) -> JobRequest:
-    """The request a job command gets from its options (``--job-dir``, ``--set``,
+                host: PluginHost | None = None, exp: str | None = None) -> JobRequest:
+    """The request a job command gets from its options (``--job-dir``, ``--exp``, ``--set``,
     ``--platform``, ``--restore-checkpoint-step``), made from Python arguments: for a
     package's own ``load`` (pax-lm's), which restores through its command's code."""
-    return JobRequest(host or default_host(), _path(job_dir), None, None, set_items(overrides),
-                      platform, step)
+    return JobRequest(host or default_host(), _path(job_dir), plugin=None, exp=exp,
+                      set_items=set_items(overrides), platform=platform, restore_step=step)
 
 
 def load(job_dir: str | os.PathLike[str], *, step: int | None = None,
          overrides: Overrides = (), platform: str | None = None,
-         host: PluginHost | None = None) -> LoadedJob:
+         host: PluginHost | None = None, exp: str | None = None) -> LoadedJob:
     """Restore the job's latest checkpoint (or ``step``'s) with its recorded experiment and
-    overrides (then ``overrides``), as ``pax decode`` and the other job commands do."""
-    request = job_request(job_dir, step=step, overrides=overrides, platform=platform, host=host)
+    overrides (then ``overrides``), or with experiment ``exp``, as ``pax decode`` and the other
+    job commands do."""
+    request = job_request(job_dir, step=step, overrides=overrides, platform=platform, host=host,
+                          exp=exp)
     restored = request.restore(object, "a model")
     return LoadedJob(restored.run, restored.state, restored.step, request.job_dir)

@@ -3,8 +3,10 @@ and every class-like name they mention is a registered experiment or a public na
 the repository's packages (or one of the few outside names listed below, with why).
 
 The listing of experiments users read (``pax experiments``) is generated from the registry; this
-keeps the prose about the catalogue (README.md, each package's README, docs/plugins.md) from
-naming one that was renamed or never existed.
+keeps the prose about the catalogue (README.md, each package's README, the guides under docs/)
+from naming one that was renamed or never existed. docs/architecture.md, which is about the
+core's insides, names private modules and classes on purpose; docs/hooks.md is generated and
+checked by tests/test_hook_docs.py.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from pax_core.config import lookup
 from pax_core.errors import UsageError
 from pax_core.testing import PluginHost
 
-PAGES = ["README.md", "docs/plugins.md", *sorted(
+NOT_GUIDES = {"docs/architecture.md", "docs/hooks.md"}
+PAGES = ["README.md", *sorted(
+    str(p) for p in (q.relative_to(ROOT) for q in ROOT.glob("docs/*.md"))
+    if str(p) not in NOT_GUIDES), *sorted(
     str(p) for p in (q.relative_to(ROOT) for q in ROOT.glob("*/**/README.md"))
     if not any(part.startswith(".") or part == "templates" for part in p.parts))]
 # Names of other projects, and Python's, that the pages mention on purpose.

@@ -258,9 +258,11 @@ def _post(url: str, body: dict) -> dict:
 def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_jobs(tmp_path):
     """Two jobs under one --logdir, read by a real TensorBoard server as its HParams dashboard
     reads them: one session a job, with its settings and its last train loss and eval
-    metric; the job that reached its last step ended, the other left open."""
+    metric; a job that completed or failed ended so, one stopped on request left open."""
     pytest.importorskip("tensorboard")
-    for job, rate, steps in (("fast", 0.5, 100), ("slow", 0.125, 50)):
+    jobs = (("fast", 0.5, 100, "completed"), ("slow", 0.125, 50, "interrupted"),
+            ("broken", 0.25, 30, "failed"))
+    for job, rate, steps, status in jobs:
         logger = TensorBoardLogger(str(tmp_path / job))
         logger.start(experiment="MlpSynthetic", start_step=0, num_train_steps=100,
                      hparams={"learning_rate": rate, "model": "mlp", "eval_metric":
@@ -268,6 +270,7 @@ def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_job
         for step in range(10, steps + 1, 10):
             logger.write(step, "train", {"loss": rate * 1000 / step, "steps_per_sec": 5.0})
         logger.write(steps, "eval/test", {"accuracy": rate + 0.25, "loss": 1.0})
+        logger.finish(status)
         logger.close()
 
     port = _free_port()
@@ -283,9 +286,10 @@ def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_job
             try:
                 groups = _post(f"{url}/session_groups", {
                     "experimentName": "", "startIndex": 0, "sliceSize": 10,
-                    "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_RUNNING"],
+                    "allowedStatuses": ["STATUS_UNKNOWN", "STATUS_SUCCESS", "STATUS_RUNNING",
+                                        "STATUS_FAILURE"],
                     "colParams": []})
-                if groups.get("totalSize") == 2:
+                if groups.get("totalSize") == len(jobs):
                     break
             except OSError:
                 pass
@@ -296,16 +300,17 @@ def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_job
         server.wait(timeout=30)
 
     sessions = {g["name"]: g for g in groups["sessionGroups"]}
-    assert set(sessions) == {"fast/summaries", "slow/summaries"}
-    for job, rate, steps in (("fast", 0.5, 100), ("slow", 0.125, 50)):
+    assert set(sessions) == {f"{job[0]}/summaries" for job in jobs}
+    for job, rate, steps, _ in jobs:
         found = sessions[f"{job}/summaries"]
         assert found["hparams"]["learning_rate"] == rate and found["hparams"]["model"] == "mlp"
         metrics = {(m["name"]["group"], m["name"]["tag"]): (m["trainingStep"], m["value"])
                    for m in found["metricValues"]}
-        assert metrics == {("train", "train/loss"): (steps, rate * 1000 / steps),
+        assert metrics == {("train", "train/loss"): (steps, pytest.approx(rate * 1000 / steps)),
                            ("eval_test", "eval/accuracy"): (steps, rate + 0.25)}
     assert [s["status"] for s in sessions["fast/summaries"]["sessions"]] == ["STATUS_SUCCESS"]
     assert [s["status"] for s in sessions["slow/summaries"]["sessions"]] == ["STATUS_UNKNOWN"]
+    assert [s["status"] for s in sessions["broken/summaries"]["sessions"]] == ["STATUS_FAILURE"]
     assert {i["name"]: i["type"] for i in experiment["hparamInfos"]} == {
         "learning_rate": "DATA_TYPE_FLOAT64", "model": "DATA_TYPE_STRING",
         "eval_metric": "DATA_TYPE_STRING"}

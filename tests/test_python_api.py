@@ -119,3 +119,18 @@ def test_mistakes_are_raised_not_exits(tmp_path):
     with pytest.raises(UsageError, match="no checkpoint in"):
         pax_core.load(tmp_path / "job")
     assert not (tmp_path / "job").exists()
+
+
+def test_a_job_of_an_experiment_file_is_read_back_naming_it(tmp_path, monkeypatch):
+    """A job records an experiment from a file by its path only; reading the job imports
+    registered code alone, so a caller who trusts the file names it, as --exp does."""
+    (tmp_path / "mine.py").write_text(
+        "from pax_core.examples import MlpSynthetic\n\n\n"
+        "class Mine(MlpSynthetic):\n    HIDDEN_DIMS = (4,)\n")
+    monkeypatch.chdir(tmp_path)
+    overrides = {"NUM_TRAIN_STEPS": 2, "SUMMARY_INTERVAL_STEPS": 2}
+    pax_core.train("mine.py:Mine", "job", overrides=overrides)
+    with pytest.raises(UsageError, match=r"mine\.py:Mine.*exp='[^']*/mine\.py:Mine' from Python"):
+        pax_core.load("job")
+    assert pax_core.load("job", exp="mine.py:Mine").params["Dense_0"]["kernel"].shape[1] == 4
+    assert "test" in pax_core.evaluate("job", exp="mine.py:Mine", overrides=overrides).metrics

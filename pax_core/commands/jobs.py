@@ -238,6 +238,7 @@ def _train_locked(host: PluginHost, run: Run, jd: JobDir, primary: bool,
                 print(f"{run.resolved.name}: reached its target at step {step} "
                       f"({loop.target_reached[1]}); training stopped early")
         finally:
+            loggers.finish(status)
             loggers.close()
             notify(host.pm, "pax_on_train_end", run=info, step=step, status=status)
     except BaseException:

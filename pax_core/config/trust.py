@@ -80,8 +80,8 @@ def check_config(host: PluginHost, text: str, where: str) -> None:
             continue
         raise UsageError(f"{where} names {module}.{name}, which is not code of pax-core or of "
                          f"an installed plugin; reading a job imports only that. If you trust "
-                         f"this job, pass --exp with its experiment (its config.json is then "
-                         f"not read)")
+                         f"this job, pass --exp with its experiment (exp= from Python; its "
+                         f"config.json is then not read)")
 
 
 def check_recorded_experiment(host: PluginHost, name: str, where: str) -> None:
@@ -90,4 +90,4 @@ def check_recorded_experiment(host: PluginHost, name: str, where: str) -> None:
     if lookup.find_registered(host.components("experiments"), name) is None:
         raise UsageError(f"{where} names experiment {name}, which is not registered by an "
                          f"installed plugin; reading a job imports only registered code. If "
-                         f"you trust it, pass --exp {name}")
+                         f"you trust it, pass --exp {name} (exp={name!r} from Python)")

@@ -35,6 +35,11 @@ class Logger(abc.ABC):
     def text(self, step: int, tag: str, text: str) -> None:
         """Record a piece of text (a config dump, a sample); optional."""
 
+    def finish(self, status: str) -> None:
+        """How the training ended, once, just before ``close``: ``completed``,
+        ``interrupted`` (stopped on request, to be resumed) or ``failed``; optional (a logger
+        whose record has a status: a tracking service's run)."""
+
     def close(self) -> None:
         """Flush and release files; called once at the end, also after a failure."""
 
@@ -76,6 +81,9 @@ class LoggerGroup:
 
     def text(self, step: int, tag: str, text: str) -> None:
         self._each("text", step, tag, text)
+
+    def finish(self, status: str) -> None:
+        self._each("finish", status)
 
     def close(self) -> None:
         self._each("close")

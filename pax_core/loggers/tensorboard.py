@@ -7,7 +7,7 @@ reports), ``eval/`` (every eval dataset's metrics, the datasets told apart by ru
 (speed, utilisation, memory) and ``time/`` (where a step's time went).
 
 The run's settings go to TensorBoard's HParams dashboard: the job's ``summaries`` folder is one
-session (its start info there, its end info written at close), whose metrics are the train loss
+session (its start info there, its end info written as the training ends), whose metrics are the train loss
 and the eval datasets' metrics, found in the ``train`` and ``eval_<name>`` runs below it; runs
 of several jobs under one ``--logdir`` compare in one table. The settings are also written as a
 text table in the ``train`` run, which shows them whole.
@@ -40,6 +40,7 @@ from pax_core.loggers.base import Logger
 
 REMOTE_FLUSH_SEC = 30.0
 SESSION = "."  # the HParams session's run: the summaries folder itself
+SESSION_ENDS = {"completed": "STATUS_SUCCESS", "failed": "STATUS_FAILURE"}
 # Train metrics of the perf/ group (besides those named *_per_sec, *_gib and *flops*).
 PERF = frozenset({"mfu", "hfu", "first_step_sec", "startup_sec"})
 
@@ -112,7 +113,7 @@ class TensorBoardLogger(Logger):
         self._writers: dict[str, EventsWriter] = {}
         self._flushed: dict[str, float] = {}
         self._purge_step: int | None = None
-        self._step = self._total = 0  # the last step written, and the run's last step
+        self._step = 0  # the last step written: where the session ends
 
     def _writer(self, kind: str) -> EventsWriter:
         run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
@@ -136,7 +137,6 @@ class TensorBoardLogger(Logger):
         # A resumed run trains again the steps after its checkpoint: TensorBoard hides what an
         # earlier run logged for them.
         self._purge_step, self._step = start_step + 1, start_step
-        self._total = num_train_steps
         metrics = [("train", "train/loss")]
         if isinstance(watched := hparams.get("eval_metric"), str) and " " in watched:
             kind, name = watched.split(" ", 1)
@@ -162,11 +162,12 @@ class TensorBoardLogger(Logger):
     def text(self, step: int, tag: str, text: str) -> None:
         self._write("train", step, [summary.text(tag, text)])
 
+    def finish(self, status: str) -> None:
+        # A session stopped on request stays open: the job resumes it.
+        if SESSION in self._writers and status in SESSION_ENDS:
+            self._write(SESSION, self._step, [_session_end(SESSION_ENDS[status])])
+
     def close(self) -> None:
-        # A run that reached its last step ends its HParams session; one stopped before it
-        # (on request, by a failure, at an early-stopping target) leaves it open to resume.
-        if SESSION in self._writers and self._step >= self._total:
-            self._write(SESSION, self._step, [_session_end("STATUS_SUCCESS")])
         writers, self._writers = list(self._writers.values()), {}
         for writer in writers:
             writer.close()

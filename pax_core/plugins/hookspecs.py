@@ -145,8 +145,10 @@ def pax_register_loggers() -> list[Component]:
 
     The factory is called as ``factory(job_dir: str)`` and returns a ``pax_core.Logger``. The
     loop hands it host-side floats at summary and eval steps, on process 0 only; a logger must
-    not block the loop for long. Chosen by the experiment's ``LOGGERS`` constant
-    (``--set "LOGGERS=('console','jsonl')"``). Built in: ``console``, ``jsonl``,
+    not block the loop for long. ``finish(status)`` tells it how the training ended
+    (``completed``, ``interrupted``, ``failed``), just before ``close``. Chosen by the
+    experiment's ``LOGGERS`` constant (``--set "LOGGERS=('console','jsonl')"``, or
+    ``pax train --loggers console,jsonl``). Built in: ``console``, ``jsonl``,
     ``tensorboard``.
 
     Example::

@@ -14,7 +14,7 @@ import importlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from pax_core.errors import RunError, UsageError
+from pax_core.errors import PaxError, RunError, UsageError
 
 KINDS = (
     "models",
@@ -103,10 +103,14 @@ class Registered:
             ) from e
 
     def build(self, *args: Any, **kwargs: Any) -> Any:
-        """Load the factory and call it; a failure stops the run with the plugin named."""
+        """Load the factory and call it; a failure stops the run with the plugin named (a
+        ``PaxError`` the factory raises, such as a ``UsageError`` naming a setting to make, is
+        its own message and passes as it is)."""
         factory = self.load()
         try:
             return factory(*args, **kwargs)
+        except PaxError:
+            raise
         except Exception as e:
             raise RunError(
                 f"{self.kind[:-1]} '{self.qualified_name}' (plugin '{self.plugin}') failed: "

@@ -143,15 +143,17 @@ def _texts(prompts: str | Sequence[str]) -> list[str]:
 
 def load(job_dir: str | os.PathLike[str], quantize: str = "none", *, step: int | None = None,
          overrides: Any = (), platform: str | None = None,
-         host: PluginHost | None = None) -> LmJob:
+         host: PluginHost | None = None, exp: str | None = None) -> LmJob:
     """Restore a language-model job's latest checkpoint (or ``step``'s) for decoding and
     scoring, its decoder quantized as ``quantize`` says (``none``, ``int8``), as ``pax decode``
-    restores it; a job that is no text language model is a ``UsageError``."""
+    restores it (with experiment ``exp`` in place of the recorded one, as ``--exp``); a job
+    that is no text language model is a ``UsageError``."""
     from pax_lm.quantization import MODES
 
     if quantize not in MODES:
         raise UsageError(f"quantize must be one of {', '.join(MODES)}, got {quantize!r}")
-    request = job_request(job_dir, step=step, overrides=overrides, platform=platform, host=host)
+    request = job_request(job_dir, step=step, overrides=overrides, platform=platform, host=host,
+                          exp=exp)
     restored, tokenizer, decoder, variables = restore_lm(request, quantize)
     return LmJob(restored.run, None, restored.step, request.job_dir, tokenizer, decoder,
                  variables, quantize)

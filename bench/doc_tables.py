@@ -1,12 +1,13 @@
-"""The README's measured tables, generated from the committed results in bench/results/.
+"""The documentation's measured tables, generated from the committed results in bench/results/.
 
-Each generated passage of README.md lies between ``<!-- bench:NAME -->`` and
-``<!-- /bench:NAME -->``; this rewrites every such block from the results (JSON) of the script
-that measured it, with the commit, date and command they were measured at, so that no figure
-the README quotes is typed by hand. ``--check`` changes nothing and exits 1 when a block
-differs from what the results give (tests/test_readme_tables.py runs it).
+Each generated passage of a page (README.md or docs/*.md) lies between ``<!-- bench:NAME -->``
+and ``<!-- /bench:NAME -->``; this rewrites every such block from the results (JSON) of the
+script that measured it, with the commit, date and command they were measured at, so that no
+figure the pages quote is typed by hand. Each block is on one page, once. ``--check`` changes
+nothing and exits 1 when a block differs from what the results give (tests/test_doc_tables.py
+runs it).
 
-    python bench/readme_tables.py [--check] [--readme README.md] [--results bench/results]
+    python bench/doc_tables.py [--check] [--page FILE ...] [--results bench/results]
 """
 
 from __future__ import annotations
@@ -62,12 +63,12 @@ def _measured(*results: dict[str, Any]) -> str:
 
 
 def _wrapped(text: str) -> str:
-    """A paragraph of prose as the README wraps its own, at 100 columns."""
+    """A paragraph of prose as the pages wrap their own, at 100 columns."""
     return textwrap.fill(text, WIDTH, break_long_words=False, break_on_hyphens=False)
 
 
 def _pipeline(row: dict[str, Any]) -> str:
-    """A pipelined configuration as the README names it: ``GPipe, M=8``."""
+    """A pipelined configuration as the pages name it: ``GPipe, M=8``."""
     schedule = ("GPipe" if row["schedule"] == "gpipe" else
                 f"circular (R={row['circular_repeat']})")
     return f"{schedule}, M={row['microbatches']}"
@@ -199,50 +200,68 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
 }
 
 
-def rewrite(text: str, folder: Path = report.FOLDER) -> str:
-    """``text`` with every block generated again; each of ``BLOCKS`` must be there once."""
-    opened = _OPENING.findall(text)
+def pages() -> list[Path]:
+    """The pages that may hold blocks: README.md and the documentation's."""
+    return [README, *sorted((report.ROOT / "docs").glob("*.md"))]
+
+
+def rewrite(texts: dict[Path, str], folder: Path = report.FOLDER) -> dict[Path, str]:
+    """Each page's text with its blocks generated again; each of ``BLOCKS`` must be in one of
+    the pages, once."""
+    opened = [name for text in texts.values() for name in _OPENING.findall(text)]
+    closed = [m.group(2) for text in texts.values() for m in _BLOCK.finditer(text)]
     unknown = sorted(set(opened) - set(BLOCKS))
     if unknown:
-        raise ResultsError(f"the README has blocks no results generate ({', '.join(unknown)}); "
+        raise ResultsError(f"the pages have blocks no results generate ({', '.join(unknown)}); "
                            f"known: {', '.join(BLOCKS)}")
-    closed = [m.group(2) for m in _BLOCK.finditer(text)]
     for name in BLOCKS:
         if opened.count(name) != 1 or closed.count(name) != 1:
-            raise ResultsError(f"the README needs one '<!-- bench:{name} -->' ... "
-                               f"'<!-- /bench:{name} -->' block; it has {opened.count(name)} "
+            raise ResultsError(f"the pages need one '<!-- bench:{name} -->' ... "
+                               f"'<!-- /bench:{name} -->' block; they have {opened.count(name)} "
                                f"opening and {closed.count(name)} complete")
-    return _BLOCK.sub(lambda m: f"{m.group(1)}{BLOCKS[m.group(2)](folder)}\n{m.group(4)}", text)
+    return {page: _BLOCK.sub(lambda m: f"{m.group(1)}{BLOCKS[m.group(2)](folder)}\n{m.group(4)}",
+                             text)
+            for page, text in texts.items()}
 
 
-def differing(text: str, folder: Path = report.FOLDER) -> list[str]:
-    """The names of the blocks of ``text`` that differ from what the results generate."""
-    want = {m.group(2): m.group(3) for m in _BLOCK.finditer(rewrite(text, folder))}
-    return [m.group(2) for m in _BLOCK.finditer(text) if want[m.group(2)] != m.group(3)]
+def differing(texts: dict[Path, str], folder: Path = report.FOLDER) -> dict[Path, list[str]]:
+    """Page -> the names of its blocks that differ from what the results generate."""
+    found = {}
+    for page, text in rewrite(texts, folder).items():
+        want = {m.group(2): m.group(3) for m in _BLOCK.finditer(text)}
+        stale = [m.group(2) for m in _BLOCK.finditer(texts[page]) if want[m.group(2)] != m.group(3)]
+        if stale:
+            found[page] = stale
+    return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true",
                         help="change nothing; exit 1 when a block differs from the results")
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--page", type=Path, action="append", dest="pages",
+                        help="a page to read (repeatable); default README.md and docs/*.md")
     parser.add_argument("--results", type=Path, default=report.FOLDER,
                         help="the folder of results (default bench/results)")
     args = parser.parse_args()
     try:
-        text = args.readme.read_text()
-        stale = differing(text, args.results)
+        texts = {page: page.read_text() for page in args.pages or pages()}
+        stale = differing(texts, args.results)
         if args.check:
             if stale:
-                sys.exit(f"{args.readme}: blocks {', '.join(stale)} differ from what "
-                         f"{args.results} gives; run python bench/readme_tables.py")
+                sys.exit("; ".join(f"{page}: blocks {', '.join(names)} differ"
+                                   for page, names in stale.items())
+                         + f" from what {args.results} gives; run python bench/doc_tables.py")
             return
-        args.readme.write_text(rewrite(text, args.results))
+        for page, text in rewrite(texts, args.results).items():
+            if page in stale:
+                page.write_text(text)
     except (OSError, ResultsError) as e:
-        print(f"readme_tables: {e}", file=sys.stderr)
+        print(f"doc_tables: {e}", file=sys.stderr)
         sys.exit(2)
-    print(f"{args.readme}: {len(stale)} of {len(BLOCKS)} blocks rewritten"
-          f"{' (' + ', '.join(stale) + ')' if stale else ''}")
+    count = sum(len(names) for names in stale.values())
+    print(f"{count} of {len(BLOCKS)} blocks rewritten"
+          + "".join(f"; {page}: {', '.join(names)}" for page, names in stale.items()))
 
 
 if __name__ == "__main__":
