@@ -20,6 +20,8 @@ from rich.text import Text
 from tensorboardX.proto import event_pb2
 from tensorboardX.record_writer import masked_crc32c
 
+from pax_core.loggers import LoggerGroup
+from pax_core.loggers.base import Logger
 from pax_core.loggers.console import ConsoleLogger, format_value
 from pax_core.loggers.jsonl import JsonlLogger
 from pax_core.loggers.tensorboard import TensorBoardLogger, tag
@@ -314,3 +316,40 @@ def test_tensorboards_hparams_dashboard_compares_the_settings_and_results_of_job
     assert {i["name"]: i["type"] for i in experiment["hparamInfos"]} == {
         "learning_rate": "DATA_TYPE_FLOAT64", "model": "DATA_TYPE_STRING",
         "eval_metric": "DATA_TYPE_STRING"}
+
+
+class _Failing(Logger):
+    """A logger that fails in ``failing`` and counts its calls."""
+
+    def __init__(self, failing: str):
+        super().__init__("")
+        self.failing, self.calls = failing, []
+
+    def _call(self, name: str) -> None:
+        self.calls.append(name)
+        if name == self.failing:
+            raise ValueError(f"{name} broke")
+
+    def write(self, step, kind, metrics):
+        self._call("write")
+
+    def finish(self, status):
+        self._call("finish")
+
+    def close(self):
+        self._call("close")
+
+
+def test_a_failing_logger_is_reported_once_and_still_closed_after_a_failed_finish(capsys):
+    writing, finishing, fine = _Failing("write"), _Failing("finish"), _Failing("")
+    group = LoggerGroup([writing, finishing, fine])
+    group.write(1, "train", {"loss": 1.0})
+    group.write(2, "train", {"loss": 1.0})
+    group.finish("completed")
+    group.close()
+    assert writing.calls == ["write"]  # switched off at its first failure
+    assert finishing.calls == ["write", "write", "finish", "close"]
+    assert fine.calls == ["write", "write", "finish", "close"]
+    err = capsys.readouterr().err
+    assert "_Failing failed in write and is switched off: ValueError: write broke" in err
+    assert "_Failing failed in finish: ValueError: finish broke" in err

@@ -66,6 +66,10 @@ class LoggerGroup:
                     raise RunError(f"the metrics could not be written to {logger.job_dir} "
                                    f"({found[0]}): {found[1]}, then run the same command to "
                                    f"resume from the newest complete checkpoint") from e
+                if method == "finish":  # still closed, to release what it holds
+                    warn(f"logger {type(logger).__name__} failed in finish: "
+                         f"{type(e).__name__}: {e}")
+                    continue
                 warn(f"logger {type(logger).__name__} failed in {method} and is switched off: "
                      f"{type(e).__name__}: {e}")
                 self.loggers.remove(logger)

@@ -7,9 +7,9 @@ reports), ``eval/`` (every eval dataset's metrics, the datasets told apart by ru
 (speed, utilisation, memory) and ``time/`` (where a step's time went).
 
 The run's settings go to TensorBoard's HParams dashboard: the job's ``summaries`` folder is one
-session (its start info there, its end info written as the training ends), whose metrics are the train loss
-and the eval datasets' metrics, found in the ``train`` and ``eval_<name>`` runs below it; runs
-of several jobs under one ``--logdir`` compare in one table. The settings are also written as a
+session (its start info there, its end info written as the training ends), whose metrics are
+the train loss and the eval metric, found in the ``train`` and ``eval_<name>`` runs below it;
+runs of several jobs under one ``--logdir`` compare in one table. The settings are also written as a
 text table in the ``train`` run, which shows them whole.
 
 The events are written and flushed in the calling thread, at each summary (a few lines every

@@ -282,3 +282,16 @@ def test_pax_decode_refuses_a_bad_line_and_writes_nothing(tiny_job, tmp_path, li
     assert result.stderr.count("\n") == 1 and f"{prompts}:2: " in result.stderr
     assert message in result.stderr
     assert list(tmp_path.iterdir()) == [prompts]
+
+
+def test_several_steps_a_call_give_the_tokens_of_one_step_a_call():
+    """A call of several steps reads its tokens once; a request that ends inside a call (a
+    stop id, a stop string, max_tokens) ends at the same token as with one step a call."""
+    model, variables = _model()
+    requests = [Request(_prompt(3 + 5 * i, 70 + i), SamplingSettings(
+        max_tokens=5 + 3 * i, temperature=0.5 * (i % 3), top_k=4 * i, seed=i,
+        stop_ids=(7,) if i % 2 else (), stop=("ab",) if i == 3 else ())) for i in range(6)]
+    found = {k: list(Batcher(Engine(model, variables, slots=2, steps_per_call=k), _letters)
+                     .run(requests)) for k in (1, 3, 8)}
+    assert found[3] == found[1] == found[8]
+    assert {c.finish_reason for c in found[1]} == {"stop", "length"}

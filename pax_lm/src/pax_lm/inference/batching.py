@@ -68,13 +68,13 @@ class Batcher:
         self._ids = itertools.count()
         self._waiting: deque[_Active] = deque()
         self._running: dict[int, _Active] = {}  # by slot
-        # The step started and not yet read: its tokens (on the device) and the requests that
+        # The call started and not yet read: its tokens (on the device) and the requests that
         # held its slots.
         self._ahead: tuple[Any, dict[int, int]] | None = None
 
     @property
     def busy(self) -> bool:
-        """Whether a request is waiting or decoding, or a step's tokens are still to read."""
+        """Whether a request is waiting or decoding, or a call's tokens are still to read."""
         return bool(self._waiting or self._running or self._ahead)
 
     def submit(self, request: Request) -> int:
@@ -111,13 +111,15 @@ class Batcher:
         return False
 
     def step(self) -> list[Completion]:
-        """Admit waiting requests into free slots, start the next step of every slot, and take
-        the tokens of the step started before; the requests that ended, in the order they did.
+        """Admit waiting requests into free slots, start the engine's next call (its
+        ``steps_per_call`` steps of every slot), and take the tokens of the call started
+        before; the requests that ended, in the order they did.
 
-        The device computes one step ahead of the host: the tokens a step drew are read while
+        The device computes one call ahead of the host: the tokens a call drew are read while
         the next one runs, so checking them for stops never keeps the device waiting. A request
-        that ends has had one more token computed for it, which is dropped (a step's tokens
-        are taken only for the requests that held their slots when it started)."""
+        that ends has had more tokens computed for it (the rest of its call, and the next
+        call), which are dropped (a call's tokens are taken only for the requests that held
+        their slots when it started)."""
         done = []
         joining = [self._waiting.popleft()
                    for _ in range(min(len(self._waiting), self.engine.free_slots))]
@@ -140,16 +142,18 @@ class Batcher:
                        {slot: active.request_id for slot, active in self._running.items()})
         if self._ahead is not None:
             tokens, holders = self._ahead
-            tokens = np.asarray(tokens)
+            tokens = np.asarray(tokens)  # [steps, slots]
             for slot, request_id in holders.items():
                 active = self._running.get(slot)
                 if active is None or active.request_id != request_id:
-                    continue  # it ended (or was cancelled) after the step started
-                finished = self._advance(active, int(tokens[slot]))
-                if finished:
-                    del self._running[slot]
-                    self.engine.free(slot)
-                    done.append(finished)
+                    continue  # it ended (or was cancelled) after the call started
+                for token in tokens[:, slot].tolist():  # the rest, after an end, dropped
+                    finished = self._advance(active, token)
+                    if finished:
+                        del self._running[slot]
+                        self.engine.free(slot)
+                        done.append(finished)
+                        break
         self._ahead = started
         return done
 

@@ -4,15 +4,23 @@ The prompts of the requests joining together are prefilled together: one call ov
 right-padded to the bucket length of the longest (each row's cache index set back to its own
 length) and their row count padded to a power of two, so that each bucket and row count
 compiles once; it also draws each prompt's first token. ``insert`` copies those rows into free
-slots in one call; ``generate`` then advances every slot by one token in one call of one
-compiled program, each row at its own position (pax-transformer's per-row cache index) with
-its own sampling settings and key; ``free`` gives a finished request's slot back. A free slot still
-computes in ``generate`` (the pool's shape never changes), on whatever it last held, its index
-kept inside the cache; its token is not read.
+slots in one call; ``generate`` then advances every slot by ``steps_per_call`` tokens in one
+call of one compiled program (a scan of decode steps), each row at its own position
+(pax-transformer's per-row cache index) with its own sampling settings and key; ``free`` gives
+a finished request's slot back. A free slot still computes in ``generate`` (the pool's shape
+never changes), on whatever it last held, its index kept inside the cache; its tokens are not
+read.
+
+Several steps a call because a decode step of a small model takes a fraction of a millisecond,
+which the host's dispatch of a call (its arguments, the weights among them, flattened and
+checked) would otherwise add to every token; the host reads a call's tokens, and checks them
+for stops, once a call. A request that ends within a call has the rest of its steps computed
+and dropped; a token's draw depends on its row's seed and position only, so the tokens are
+those of one step a call.
 
 The engine's state lives on the device as one pytree (the cache, each slot's last token and
-sampling settings); the host sees one token per slot per step. Every program is built the first
-time it is called and reused for every request after: ``compilations`` counts them.
+sampling settings). Every program is built the first time it is called and reused for every
+request after: ``compilations`` counts them.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from pax_lm.decoding import SamplingSettings, sample
 from pax_lm.inference.cache import cache_shapes, row_axes, state_placement
 
 SMALLEST_BUCKET = 16
+STEPS_PER_CALL = 8  # decode steps a call of ``generate``
 
 
 def prefill_buckets(max_seq_len: int, smallest: int = SMALLEST_BUCKET) -> tuple[int, ...]:
@@ -61,10 +70,13 @@ class Engine:
     """
 
     def __init__(self, decoder: Any, variables: dict[str, Any], slots: int,
-                 smallest_bucket: int = SMALLEST_BUCKET) -> None:
+                 smallest_bucket: int = SMALLEST_BUCKET,
+                 steps_per_call: int = STEPS_PER_CALL) -> None:
         if slots < 1:
             raise UsageError(f"the engine needs at least one slot, got {slots}")
-        self.decoder, self.slots = decoder, slots
+        if steps_per_call < 1:
+            raise UsageError(f"the engine takes at least one step a call, got {steps_per_call}")
+        self.decoder, self.slots, self.steps_per_call = decoder, slots, steps_per_call
         self.max_seq_len: int = decoder.max_seq_len
         self.buckets = prefill_buckets(self.max_seq_len, smallest_bucket)
         # How many rows a prefill computes: the prompts' count padded to one of these.
@@ -85,7 +97,7 @@ class Engine:
         self._prefill = jax.jit(self._prefill_rows, out_shardings=placement)
         self._insert = jax.jit(partial(_insert, state_axes), out_shardings=placement,
                                donate_argnums=0)
-        self._generate = jax.jit(self._step, out_shardings=placement, donate_argnums=1)
+        self._generate = jax.jit(self._steps, out_shardings=placement, donate_argnums=1)
 
     def check_prompt(self, prompt: Sequence[int]) -> None:
         """A ``UsageError`` for a prompt this engine cannot continue: empty, or leaving no
@@ -147,13 +159,14 @@ class Engine:
         self._free.sort()
 
     def generate(self) -> np.ndarray:
-        """One step of every slot: the token each drew ([slots]; a free slot's means
-        nothing)."""
+        """``steps_per_call`` steps of every slot: the tokens each drew, in order
+        ([steps_per_call, slots]; a free slot's mean nothing)."""
         return np.asarray(self.dispatch())
 
     def dispatch(self) -> jax.Array:
-        """Start one step of every slot and return at once: the tokens it draws, still on the
-        device (reading them waits for the step). Steps run in the order started."""
+        """Start ``steps_per_call`` steps of every slot and return at once: the tokens they
+        draw, still on the device (reading them waits for the steps). Calls run in the order
+        started."""
         self._state, tokens = self._generate(self.variables, self._state)
         return tokens
 
@@ -178,6 +191,12 @@ class Engine:
                         settings["top_k"], settings["top_p"])
         return {"cache": cache, "tokens": tokens, **settings}
 
+    def _steps(self, variables: dict[str, Any], state: dict[str, Any]
+               ) -> tuple[dict[str, Any], jax.Array]:
+        """``steps_per_call`` steps: the state after them, and their tokens [steps, slots]."""
+        return jax.lax.scan(lambda carried, _: self._step(variables, carried), state, None,
+                            length=self.steps_per_call)
+
     def _step(self, variables: dict[str, Any], state: dict[str, Any]
               ) -> tuple[dict[str, Any], jax.Array]:
         """Feed every slot's last token at its own index; draw the next one at index + 1."""
@@ -187,9 +206,10 @@ class Engine:
         index = mutated["cache"]["index"]  # the position of the token drawn now
         tokens = sample(logits[:, 0], state["seed"], index, state["temperature"],
                         state["top_k"], state["top_p"])
-        # A free slot keeps stepping: hold its index inside the cache. So does a request's one
-        # step past its end (the Batcher reads a step's tokens while the next one runs), which
-        # may be one past its last position; what it writes there is never read.
+        # A free slot keeps stepping: hold its index inside the cache. So does a request's
+        # steps past its end (the rest of its last call, and the next call, which runs while
+        # the Batcher reads the tokens), which may go past its last position; what they write
+        # there is never read.
         cache = {**mutated["cache"], "index": jnp.minimum(index, self.max_seq_len - 1)}
         return {**state, "cache": cache, "tokens": tokens}, tokens
 
