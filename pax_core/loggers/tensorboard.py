@@ -118,7 +118,7 @@ class TensorBoardLogger(Logger):
     def _writer(self, kind: str) -> EventsWriter:
         run = kind.replace("/", "_")  # ``train`` stays, ``eval/test`` becomes ``eval_test``
         if run not in self._writers:
-            folder = os.path.normpath(os.path.join(self.job_dir, "summaries", run))
+            folder = os.path.join(self.job_dir, "summaries", *([] if run == SESSION else [run]))
             directory_check(folder)
             # The event file's name carries the time in seconds only: a resume started within
             # the same second would overwrite the earlier run's file without a finer suffix,
