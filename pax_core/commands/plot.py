@@ -16,6 +16,7 @@ from typing import Any
 
 from pax_core.errors import UsageError
 from pax_core.files import job_path
+from pax_core.loggers.base import watched_metric
 from pax_core.loggers.jsonl import read_records
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -62,12 +63,10 @@ def _label(job_dir: str, job_dirs: Sequence[str]) -> str:
 def _default_metrics(jobs: dict[str, list[dict[str, Any]]]) -> list[str]:
     chosen = ["loss"]
     for records in jobs.values():
-        watched = [r.get("eval_metric") for r in records if r["kind"] == "start"]
-        for metric in watched:
-            if isinstance(metric, str) and " " in metric:
-                name = metric.split(" ", 1)[1]
-                if name not in chosen:
-                    chosen.append(name)
+        for record in records:
+            watched = watched_metric(record) if record["kind"] == "start" else None
+            if watched is not None and watched[1] not in chosen:
+                chosen.append(watched[1])
     return chosen
 
 

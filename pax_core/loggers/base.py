@@ -15,6 +15,17 @@ from pax_core.errors import RunError, warn
 from pax_core.files import storage_failure
 
 
+def watched_metric(hparams: Mapping[str, Any]) -> tuple[str, str] | None:
+    """The eval metric a run watches, as (kind, name), from its settings' ``eval_metric``
+    (``"eval/test accuracy"``: ``task.train.eval_metric`` of the first eval dataset), or None
+    for a run without one."""
+    watched = hparams.get("eval_metric")
+    if not isinstance(watched, str) or " " not in watched:
+        return None
+    kind, name = watched.split(" ", 1)
+    return kind, name
+
+
 class Logger(abc.ABC):
     """A metric sink. Construct with ``Logger(job_dir)``; all methods run on process 0 only."""
 

@@ -27,7 +27,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from pax_core.loggers.base import Logger
+from pax_core.loggers.base import Logger, watched_metric
 
 
 def format_value(value: float) -> str:
@@ -117,9 +117,7 @@ class ConsoleLogger(Logger):
               hparams: Mapping[str, Any]) -> None:
         self._total, self._started = num_train_steps, time.monotonic()
         self._verbose = bool(hparams.get("verbose"))
-        if isinstance(watched := hparams.get("eval_metric"), str) and " " in watched:
-            kind, name = watched.split(" ", 1)
-            self._watched = (kind, name)
+        self._watched = watched_metric(hparams)
         where = f"resuming from step {start_step}" if start_step > 0 else "starting at step 0"
         self._print(f"{experiment}: {where} of {num_train_steps}")
         if (line := speed_line(hparams)) is not None:

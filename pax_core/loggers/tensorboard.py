@@ -36,7 +36,7 @@ from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboardX.record_writer import directory_check
 
 from pax_core.files import is_remote
-from pax_core.loggers.base import Logger
+from pax_core.loggers.base import Logger, watched_metric
 
 REMOTE_FLUSH_SEC = 30.0
 SESSION = "."  # the HParams session's run: the summaries folder itself
@@ -138,8 +138,8 @@ class TensorBoardLogger(Logger):
         # earlier run logged for them.
         self._purge_step, self._step = start_step + 1, start_step
         metrics = [("train", "train/loss")]
-        if isinstance(watched := hparams.get("eval_metric"), str) and " " in watched:
-            kind, name = watched.split(" ", 1)
+        if (watched := watched_metric(hparams)) is not None:
+            kind, name = watched
             metrics.append((kind.replace("/", "_"), tag(kind, name)))
         self._write(SESSION, start_step, _session_start(hparams, metrics))
         self.text(start_step, "hparams", _markdown_table(hparams))
