@@ -63,6 +63,28 @@ def test_the_lock_of_a_killed_run_is_released(tmp_path):
         pass
 
 
+def test_a_job_of_checkpoints_without_its_record_is_refused_unless_they_never_completed(
+        tmp_path):
+    """A directory whose record was lost (removed under a run) keeps its steps from a run of
+    another experiment; a save that never completed is no step and does not hold it."""
+    steps = tmp_path / "job" / "checkpoints"
+    (steps / f"40.orbax-checkpoint-tmp-{os.getpid()}").mkdir(parents=True)
+    JobDir(tmp_path / "job").check_same_experiment("MlpSynthetic")
+    (steps / "20").mkdir()
+    with pytest.raises(UsageError, match=r"has checkpoints but no runs\.jsonl"):
+        JobDir(tmp_path / "job").check_same_experiment("MlpSynthetic")
+
+
+def test_a_job_whose_record_was_removed_resumes_from_its_checkpoints(job, capfd):
+    (job / "runs.jsonl").unlink()
+    _train(job, "NUM_TRAIN_STEPS=6", *EVERY_STEP)
+    out, err = capfd.readouterr()
+    assert "has checkpoints but no runs.jsonl (its record was removed)" in err
+    assert "resuming from step 4 of" in out, out
+    assert [run["overrides"] for run in JobDir(job).runs()] == [["NUM_TRAIN_STEPS=6",
+                                                                 *EVERY_STEP]]
+
+
 DAMAGES = {
     "garbage": (lambda text: "\x00\x17garbage\n" + text, "line 1 is not JSON"),
     "truncated last line": (lambda text: text + text[: len(text) // 2], "line 2 is not JSON"),

@@ -23,7 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pax_core.errors import PaxError, UsageError, first_line
+from pax_core.checkpointers.integrity import RECORD
+from pax_core.errors import PaxError, UsageError, first_line, warn
 from pax_core.files import held, is_remote, job_path, probe_write, read_text, write_atomic
 from pax_core.plugins.versions import library_versions
 
@@ -91,8 +92,13 @@ class JobDir:
                              f"(nothing was changed)") from None
 
     def has_checkpoints(self) -> bool:
+        """Whether a step was saved here: a step folder (named by its number). A save that
+        never completed (a temporary folder left by a run that failed or was killed) is not
+        one, so it neither makes a job of a directory whose record was lost nor stands for a
+        trained model."""
         with self._reading():
-            return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
+            return self.checkpoints.is_dir() and any(
+                path.name.isdigit() for path in self.checkpoints.iterdir())
 
     def create(self) -> None:
         """Create the directory, or say clearly why it cannot be written."""
@@ -139,8 +145,19 @@ class JobDir:
                 f"use another --job-dir (nothing was changed)"
             )
         if last is None and self.has_checkpoints():
-            raise UsageError(f"--job-dir {self.path} has checkpoints but no runs.jsonl; it was "
-                             f"not written by pax train, use another --job-dir")
+            if not self._saved_by_pax():
+                raise UsageError(f"--job-dir {self.path} has checkpoints but no runs.jsonl; it "
+                                 f"was not written by pax train, use another --job-dir")
+            # The record went (the job directory removed under a run, whose next save made it
+            # again): the steps are a pax run's, and a restore checks that they fit.
+            warn(f"--job-dir {self.path} has checkpoints but no runs.jsonl (its record was "
+                 f"removed); resuming from them as a run of {experiment}")
+
+    def _saved_by_pax(self) -> bool:
+        """Whether a step here carries pax's checksum record, which only a pax run writes."""
+        with self._reading():
+            return any((path / RECORD).is_file() for path in self.checkpoints.iterdir()
+                       if path.name.isdigit())
 
     def changed_settings(self, config_text: str) -> list[str]:
         """``path: old -> new`` for every setting that differs from the previous invocation's
