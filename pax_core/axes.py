@@ -19,18 +19,23 @@ LAYERS = "layers"
 STAGES = "stages"  # a pipeline's stage dimension (its weights, its in-flight activations)
 CHANNELS = "channels"  # a convolution's feature maps (its output channels, its activations)
 CLASSES = "classes"  # a classifier's outputs
+EXPERTS = "experts"  # a Mixture-of-Experts layer's experts (their stacked weights)
 
-LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS, STAGES, CHANNELS, CLASSES)
+LOGICAL = (BATCH, LENGTH, EMBED, MLP, HEADS, KV, VOCAB, LAYERS, STAGES, CHANNELS, CLASSES,
+           EXPERTS)
 
 # Mesh axes, Pax's names: data parallelism across slices, FSDP-style data parallelism, model
-# (tensor) parallelism; pipelined experiments put a pipeline's stages first.
+# (tensor) parallelism; pipelined experiments put a pipeline's stages first, and
+# Mixture-of-Experts experiments an expert axis before the model axis.
 STAGE = "stage"
 REPLICA = "replica"
 DATA = "data"
+EXPERT = "expert"
 MDL = "mdl"
 
 MESH = (REPLICA, DATA, MDL)
 PIPELINE_MESH = (STAGE, REPLICA, DATA, MDL)
+EXPERT_MESH = (REPLICA, DATA, EXPERT, MDL)
 
 Rules = tuple[tuple[str, str | tuple[str, ...] | None], ...]
 
@@ -52,6 +57,7 @@ DEFAULT_RULES: Rules = (
     (KV, None),
     (CHANNELS, MDL),
     (CLASSES, MDL),
+    (EXPERTS, None),
 )
 
 # Pax's pipelined LM sharding: stacked layer weights split by stage; outside the pipeline
@@ -63,4 +69,16 @@ PIPELINE_RULES: Rules = (
     (BATCH, (STAGE, REPLICA, DATA)),
     (BATCH, (REPLICA, DATA)),
     *((name, target) for name, target in DEFAULT_RULES if name not in (BATCH, LAYERS)),
+)
+
+# Expert parallelism (``EXPERT_MESH``): each device of the expert axis holds its share of every
+# MoE layer's experts, and brings its own share of the batch, which the layer sends to the
+# experts' devices and back. Outside the experts the expert axis is more FSDP-style data
+# parallelism: the other weights' embed dimension is split over data and expert both (an
+# expert's over data, expert being taken), and the rest as by ``DEFAULT_RULES``.
+EXPERT_RULES: Rules = (
+    (BATCH, (REPLICA, DATA, EXPERT)),
+    (EXPERTS, EXPERT),
+    (EMBED, (DATA, EXPERT)),
+    *((name, target) for name, target in DEFAULT_RULES if name not in (BATCH, EXPERTS)),
 )

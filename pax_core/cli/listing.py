@@ -170,7 +170,8 @@ def show_plan(result, fmt: str) -> None:
     mesh = " x ".join(f"{axis} {size}" for axis, size in result.mesh.items())
     rows = [
         ("devices (mesh)", f"{result.devices} ({mesh})"),
-        ("parameters", f"{result.params:,}"),
+        ("parameters", f"{result.params:,}" if result.active_params == result.params
+         else f"{result.params:,} ({result.active_params:,} active per token)"),
         ("tokens per step", "-" if result.tokens_per_step is None
          else f"{result.tokens_per_step:,}"),
         ("model TFLOP per step (analytic, "

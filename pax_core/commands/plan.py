@@ -42,6 +42,7 @@ class Plan:
     devices: int
     mesh: dict[str, int]
     params: int
+    active_params: int
     tokens_per_step: int | None
     model_flops_per_token: float | None
     model_flops_per_step: float | None
@@ -126,6 +127,7 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
         devices=num_devices,
         mesh=dict(run.partitioner.mesh.shape),
         params=count_params(run.abstract_state.params),
+        active_params=active_params(run.task.model, count_params(run.abstract_state.params)),
         tokens_per_step=tokens,
         model_flops_per_token=counted.model / tokens if counted.model and tokens else None,
         model_flops_per_step=counted.model,
@@ -139,6 +141,13 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
         placement=run.partitioner.describe(run.train_input.batch_size),
         presets=_layout_presets(host, resolved.experiment),
     )
+
+
+def active_params(model: Any, params: int) -> int:
+    """The weights one example's tokens each multiply: the model's ``active_params()`` (a
+    sparse model's; ``pax_core.models.output``), else all ``params`` of them."""
+    count = getattr(model, "active_params", None)
+    return int(count()) if callable(count) else params
 
 
 def _layout_presets(host: PluginHost, experiment: Any) -> list[str]:

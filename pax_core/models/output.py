@@ -7,7 +7,10 @@ weigh each example or token correctly; a weight of None marks a count, which is 
 
 A model that also defines ``flops_per_step(batch_spec) -> float`` (training FLOPs of one global
 batch, given its ``ShapeDtypeStruct``s) and ``flops_formula`` (the formula's name with a version,
-``transformer-v1``) gets MFU in every run; see ``pax_core.speed.flops``.
+``transformer-v1``) gets MFU in every run; see ``pax_core.speed.flops``. A sparse model (a
+Mixture-of-Experts, whose tokens each go through a few of its experts) also defines
+``active_params() -> int``, the weights one token multiplies, which ``pax plan`` prints beside
+the total.
 """
 
 from __future__ import annotations

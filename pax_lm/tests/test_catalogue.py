@@ -23,7 +23,9 @@ PUBLISHED_PARAMS = {
     "Llama3_1_8B": 8_030_261_248, "Llama3_1_70B": 70_553_706_496,
     "Llama3_2_1B": 1_235_814_400, "Llama3_2_3B": 3_212_749_824, "Mistral7B": 7_241_732_096,
     "Qwen2_5_7B": 7_615_616_512, "Qwen3_8B": 8_190_735_360, "Gemma2_9B": 9_241_705_984,
-    "Gemma3_4B": 3_880_263_168,
+    "Gemma3_4B": 3_880_263_168, "Mixtral8x7B": 46_702_792_704, "Mixtral8x22B": 140_630_071_296,
+    # DeepSeekMoE 16B's from its config.json (its paper: 16.4B)
+    "DeepSeekMoE16B": 16_375_728_128,
 }
 
 
@@ -40,22 +42,42 @@ def host():
 
 
 def expected_params(d) -> int:
-    """The analytic count for a TransformerLm with the fields ``d`` (pre-norm, Pax layout)."""
+    """The analytic count for a TransformerLm with the fields ``d`` (pre-norm, Pax layout),
+    sparse layers (an MoeFeedForward's router, experts and shared experts, without biases)
+    where its ``feed_forward`` and layer pattern place them."""
     model, hidden, vocab = d["model_dims"], d["hidden_dims"], d["vocab_size"]
     heads, per_head = d["num_heads"], d["dim_per_head"]
     kv_heads = d["num_kv_heads"] or heads
     norm = 2 * model if d["norm"] == "layernorm" else model
     ffn_in = 2 if d["gated"] else 1
-    layer = (2 * norm + model * heads * per_head + 2 * model * kv_heads * per_head
-             + heads * per_head * model + ffn_in * model * hidden + hidden * model)
+    around = 2 * norm + model * heads * per_head + 2 * model * kv_heads * per_head \
+        + heads * per_head * model
+    ffn = ffn_in * model * hidden + hidden * model
     if d["use_bias"]:
-        layer += heads * per_head + 2 * kv_heads * per_head + model + ffn_in * hidden + model
-    total = vocab * model + d["num_layers"] * layer + norm
+        around += heads * per_head + 2 * kv_heads * per_head + model
+        ffn += ffn_in * hidden + model
+    sparse, layers = _sparse_ffn(d), d["num_layers"]
+    first, every = d["first_dense_layers"], d["moe_every"]
+    sparse_layers = 0 if sparse is None else sum(
+        1 for i in range(layers) if i >= first and (i - first + 1) % every == 0)
+    total = (vocab * model + layers * around + (layers - sparse_layers) * ffn
+             + sparse_layers * (sparse or 0) + norm)
     if d["position"] == "learned":
         total += d["max_seq_len"] * model
     if not d["tied_embedding"]:
         total += model * vocab + (vocab if d["use_bias"] else 0)
     return total
+
+
+def _sparse_ffn(d) -> int | None:
+    """One MoE feed-forward's weights (None for a dense decoder)."""
+    if d["feed_forward"] is None:
+        return None
+    m, model = fdl.ordered_arguments(d["feed_forward"]), d["model_dims"]
+    hidden = m.get("hidden_dims", d["hidden_dims"])
+    matrices = 3 if m.get("gated", d["gated"]) else 2
+    experts = m["num_experts"] + m.get("shared_experts", 0)
+    return model * m["num_experts"] + experts * matrices * model * hidden
 
 
 def decoder_fields(exp) -> dict:

@@ -33,6 +33,10 @@ from pax_lm.experiments.base import PipelinedExperiment
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
 MAX_DEVICES = 512
+# The weights a token multiplies in the sparse models, as published (Mixtral's announcements:
+# 12.9B and 39B) and exactly from their configurations.
+PUBLISHED_ACTIVE = {"Mixtral8x7B": 12_879_925_248, "Mixtral8x22B": 39_161_468_928,
+                    "DeepSeekMoE16B": 2_828_650_496}
 PIPELINE_DEVICES = 1024
 # What the planning process's XLA runs with (see the module's docstring).
 PLAN_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
@@ -86,6 +90,8 @@ def test_experiments_compile_on_their_mesh(devices, names):
     for name, p in zip(names, plans, strict=True):
         exp = _load(next(e for e in EXPERIMENTS if e.name == name))()
         assert p["params"] == expected_count(name, exp), name
+        assert p["active_params"] == PUBLISHED_ACTIVE.get(name, p["active_params"]), name
+        assert (p["active_params"] < p["params"]) == bool(exp.NUM_EXPERTS), name
         assert p["devices"] == math.prod(p["mesh"].values())
         assert p["model_flops_per_step"] > 0 and p["hardware_flops_per_step"] > 0
         assert 0 < p["params_gib"] < p["total_gib"]
@@ -110,7 +116,8 @@ def test_plannable_experiments_cover_the_catalogue():
     pipelined = [name for devices, name in PLANNABLE if devices == PIPELINE_DEVICES]
     assert len(pipelined) == 12 and "LmCloudSpmdPipeline175B" in pipelined
     assert {"LmCloudSpmd2B", "C4Spmd16BAdam32Replicas", "LmCloudSpmd256B",
-            "C4Spmd22BAdam2xv4_128", "QuickStartLm"} <= {name for _, name in PLANNABLE}
+            "C4Spmd22BAdam2xv4_128", "QuickStartLm", "Mixtral8x7B", "Mixtral8x22B",
+            "GLaM126M64E", "GLaM64B64E", "DeepSeekMoE16B"} <= {name for _, name in PLANNABLE}
 
 
 def test_pax_plan_command_reports_and_judges_the_fit():

@@ -40,6 +40,8 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
                                 n_positions=128)),
     "gpt_neox": ("GPTNeoXConfig", dict(_COMMON, rotary_pct=0.25, tie_word_embeddings=False)),
     "phi": ("PhiConfig", dict(_COMMON, partial_rotary_factor=0.5)),
+    "mixtral": ("MixtralConfig", dict(_COMMON, num_key_value_heads=2, num_local_experts=4,
+                                      num_experts_per_tok=2, router_aux_loss_coef=0.02)),
 }
 
 

@@ -1,9 +1,9 @@
-"""Hugging Face folders in and out, against transformers itself: for every open family, a tiny
-random model that transformers builds and saves is imported (``pax import hf``) and must give
-the same logits (float32 round-off) and the same greedy tokens; exported back (``pax export
---format hf``) it must load in ``from_pretrained`` with no missing or unexpected keys and the
-very same weights; imported again, the job's weights must be bitwise those it was exported
-from."""
+"""Hugging Face folders in and out, against transformers itself: for every open family (Mixtral's
+sparse layers among them), a tiny random model that transformers builds and saves is imported
+(``pax import hf``) and must give the same logits (float32 round-off) and the same greedy
+tokens; exported back (``pax export --format hf``) it must load in ``from_pretrained`` with no
+missing or unexpected keys and the very same weights; imported again, the job's weights must be
+bitwise those it was exported from."""
 
 from __future__ import annotations
 
@@ -155,11 +155,13 @@ def test_the_commands_of_the_readme_work_as_written(tmp_path):
     assert (out / "tokenizer.json").exists()
 
 
-def test_a_scanned_stack_imports_and_exports_the_same_model(host, tmp_path):
+@pytest.mark.parametrize("family", ["gemma3", "mixtral"])
+def test_a_scanned_stack_imports_and_exports_the_same_model(family, host, tmp_path):
     """With the layers scanned (each weight of all layers in one array, as the named
-    experiments run them), the same logits come out, and the export is the same folder."""
+    experiments run them; Mixtral's experts then [layers, experts, ...]), the same logits come
+    out, and the export is the same folder."""
     source = tmp_path / "hf"
-    model = save_family("gemma3", source)
+    model = save_family(family, source)
     job = tmp_path / "job"
     import_job(host, format_name="hf", source=str(source), output=str(job),
                set_items=["USE_REPEATED_LAYER=True"])
@@ -177,3 +179,38 @@ def test_a_scanned_stack_imports_and_exports_the_same_model(host, tmp_path):
     original = model.state_dict()
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(tensor, original[name]), name
+
+
+def test_mixtrals_routing_comes_in_and_other_routing_is_not_exported_as_it(host, tmp_path):
+    """An imported Mixtral's job routes as Mixtral does (2 of 4 experts, dropless, the weights
+    renormalised, Hugging Face's auxiliary-loss coefficient as Pax's weight); asked to route
+    otherwise (a capacity, weights not renormalised), it is not written as Mixtral: one line,
+    exit 2, naming both, and no folder."""
+    source, job = tmp_path / "hf", tmp_path / "job"
+    save_family("mixtral", source)
+    result = run_pax("import", "hf", str(source), "--output", str(job))
+    assert result.returncode == 0, result.stderr
+    assert "imported Mixtral (hf)" in result.stdout
+    decoder, _, _ = _pax(host, job)
+    experts = decoder.block_config().feed_forward_part()
+    assert (experts.num_experts, experts.top_k, experts.capacity_factor, experts.normalize_top_k,
+            experts.shared_experts, experts.hidden_dims) == (4, 2, None, True, 0, 112)
+    assert experts.load_balancing_weight == pytest.approx(0.04)  # 0.02 x top_k: Pax's loss
+    out = tmp_path / "exported"
+    result = run_pax("export", "--job-dir", str(job), "--format", "hf", "--output", str(out),
+                     "--set", "EXPERT_CAPACITY_FACTOR=1.25",
+                     "--set", "NORMALIZE_EXPERT_WEIGHTS=False")
+    assert result.returncode == 2, result.stderr
+    assert result.stderr == (
+        "pax: error: this model's Mixture-of-Experts settings are not Mixtral's: "
+        "EXPERT_CAPACITY_FACTOR=1.25 (Mixtral: None), NORMALIZE_EXPERT_WEIGHTS=False "
+        "(Mixtral: True); it exports as Pax's own format (pax export without --format)\n")
+    assert not out.exists()
+    config = json.loads((source / "config.json").read_text())
+    assert config["router_aux_loss_coef"] == 0.02
+    export_params(host, job_dir=str(job), output=str(out), format_name="hf")
+    written = json.loads((out / "config.json").read_text())
+    assert {key: written[key] for key in ("num_local_experts", "num_experts_per_tok",
+                                          "intermediate_size", "router_aux_loss_coef")} == {
+        "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 112,
+        "router_aux_loss_coef": 0.02}

@@ -14,6 +14,7 @@ from pax_core import public_face
 _EXPORTS = {
     "LanguageModel": "pax_lm.models",
     "TransformerLmExperiment": "pax_lm.experiments.base",
+    "ExpertParallel": "pax_lm.experiments.base",
     "QuickStartLm": "pax_lm.experiments.quickstart",
     "TinyLmForTests": "pax_lm.experiments.quickstart",
     "TextInput": "pax_lm.inputs.text",

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import optax
 
 from pax_core import ModelOutput
-from pax_transformer import FLOPS_FORMULA_VERSION, train_flops_per_token
+from pax_transformer import FLOPS_FORMULA_VERSION, count_active_params, train_flops_per_token
 
 
 class LanguageModel(nn.Module):
@@ -18,6 +18,13 @@ class LanguageModel(nn.Module):
     Per-token ``weights`` leave padding out of every metric; ``segment_ids`` and
     ``segment_pos`` reach the decoder so that packed documents stay apart. Metrics use Pax's
     names; ``log_pplx`` is the natural-log perplexity, i.e. the mean cross-entropy.
+
+    A decoder with sparse (Mixture-of-Experts) layers adds their auxiliary losses, averaged
+    over those layers, to the loss and to ``total_loss`` (as praxis adds ``aux_loss``), and
+    reports them (``aux_loss``, ``load_balancing_loss``, ``router_z_loss``) with
+    ``dropped_token_fraction`` (the token-choices dropped for capacity) and
+    ``expert_load_max`` (the busiest expert's share of the choices times the number of
+    experts: 1 when balanced), each averaged over the sparse layers.
     """
 
     decoder: Any
@@ -31,9 +38,15 @@ class LanguageModel(nn.Module):
         batch, length = batch_spec["ids"].shape
         return batch * length * train_flops_per_token(self.decoder, length)
 
+    @nn.nowrap
+    def active_params(self) -> int:
+        """The weights one token multiplies (fewer than all for a sparse decoder)."""
+        return count_active_params(self.decoder)
+
     def __call__(self, batch: dict[str, Any], train: bool = False) -> ModelOutput:
-        logits = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),
-                              positions=batch.get("segment_pos"), train=train)
+        logits, stats = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),
+                                     positions=batch.get("segment_pos"), train=train,
+                                     with_stats=True)
         labels = batch["labels"]
         weights = batch.get("weights")
         if weights is None:
@@ -42,10 +55,13 @@ class LanguageModel(nn.Module):
         num_predictions = jnp.sum(weights)
         avg_xent = jnp.sum(xent * weights) / jnp.maximum(num_predictions, 1.0)
         correct = (jnp.argmax(logits, -1) == labels).astype(jnp.float32)
+        sparse = _sparse_metrics(stats)
+        aux = sparse["aux_loss"][0] if sparse else 0.0
         return ModelOutput(
-            loss=avg_xent,
+            loss=avg_xent + aux,
             metrics={
-                "total_loss": (xent, weights),
+                **sparse,
+                "total_loss": (xent + aux, weights),
                 "avg_xent": (xent, weights),
                 "log_pplx": (xent, weights),
                 "fraction_of_correct_next_step_preds": (correct, weights),
@@ -53,3 +69,17 @@ class LanguageModel(nn.Module):
             },
             num_tokens=num_predictions,
         )
+
+
+def _sparse_metrics(stats: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The sparse layers' stats (each stacked over those layers) as metrics averaged over
+    them; none for a dense decoder."""
+    if not stats:
+        return {}
+    load = stats["expert_load"]  # [layers, experts]
+    one = jnp.ones(())
+    return {"aux_loss": (jnp.mean(stats["aux_loss"]), one),
+            "load_balancing_loss": (jnp.mean(stats["load_balancing_loss"]), one),
+            "router_z_loss": (jnp.mean(stats["router_z_loss"]), one),
+            "dropped_token_fraction": (jnp.mean(stats["dropped_fraction"]), one),
+            "expert_load_max": (jnp.mean(jnp.max(load, axis=-1)) * load.shape[-1], one)}

@@ -12,9 +12,9 @@ import math
 
 import fiddle as fdl
 
-from pax_core import SingleTaskExperiment, SyntheticInput, Train, axes
+from pax_core import SingleTaskExperiment, SyntheticInput, Train, UsageError, axes
 from pax_lm.models import LanguageModel
-from pax_transformer import ADAPTER_WEIGHTS, TransformerLm
+from pax_transformer import ADAPTER_WEIGHTS, MoeFeedForward, TransformerLm
 
 
 class TransformerLmExperiment(SingleTaskExperiment):
@@ -86,6 +86,28 @@ class TransformerLmExperiment(SingleTaskExperiment):
     LORA_ALPHA = 16.0
     LORA_TARGETS: tuple[str, ...] = ("query", "value")
     LORA_DROPOUT = 0.0
+    # Mixture-of-Experts (pax-transformer's MoeFeedForward), with NUM_EXPERTS > 0: each token
+    # goes to NUM_EXPERTS_PER_TOKEN of NUM_EXPERTS feed-forwards of MOE_HIDDEN_DIMS units
+    # (None: HIDDEN_DIMS), in every MOE_EVERY-th layer past the first FIRST_DENSE_LAYERS (the
+    # others dense); EXPERT_CAPACITY_FACTOR None computes every choice (dropless), a number
+    # gives each expert that many times its even share of a sequence's tokens and drops the
+    # rest (GShard). NUM_SHARED_EXPERTS feed-forwards of MOE_HIDDEN_DIMS every token goes
+    # through (DeepSeek). The experts compute as the dense layers (ACTIVATION,
+    # USE_GATED_ACTIVATION) unless MOE_ACTIVATION / MOE_GATED say otherwise (GLaM: gated GELU
+    # dense layers, plain ReLU experts). The auxiliary losses' weights:
+    # MOE_LOAD_BALANCING_WEIGHT (Switch, GShard) and MOE_Z_LOSS_WEIGHT (ST-MoE's router z-loss).
+    NUM_EXPERTS = 0
+    NUM_EXPERTS_PER_TOKEN = 2
+    MOE_HIDDEN_DIMS: int | None = None
+    EXPERT_CAPACITY_FACTOR: float | None = None
+    NUM_SHARED_EXPERTS = 0
+    NORMALIZE_EXPERT_WEIGHTS = True
+    MOE_EVERY = 1
+    FIRST_DENSE_LAYERS = 0
+    MOE_ACTIVATION: str | None = None
+    MOE_GATED: bool | None = None
+    MOE_LOAD_BALANCING_WEIGHT = 0.01
+    MOE_Z_LOSS_WEIGHT = 0.0
 
     # Optimizer (Pax's set_default_adam).
     LEARNING_RATE = 2.5e-4
@@ -108,14 +130,18 @@ class TransformerLmExperiment(SingleTaskExperiment):
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE: list[int] | None = [1, 1, 1]
 
+    def _mesh_axis_size(self, name: str) -> int:
+        """How many devices the declared mesh's axis ``name`` spans (1 without one)."""
+        if self.ICI_MESH_SHAPE is None or name not in self.MESH_AXIS_NAMES:
+            return 1
+        axis = list(self.MESH_AXIS_NAMES).index(name)
+        return self.ICI_MESH_SHAPE[axis] * (self.DCN_MESH_SHAPE or [1] * 8)[axis]
+
     def model_vocab_size(self) -> int:
         """``VOCAB_SIZE``, rounded up when the ``mdl`` mesh axis would not split it evenly (JAX
         shards only evenly): to a multiple of lcm(128, mdl), as MaxText pads its vocabulary.
         Labels never reach the padding rows."""
-        if self.ICI_MESH_SHAPE is None or "mdl" not in self.MESH_AXIS_NAMES:
-            return self.VOCAB_SIZE
-        axis = list(self.MESH_AXIS_NAMES).index("mdl")
-        mdl = self.ICI_MESH_SHAPE[axis] * (self.DCN_MESH_SHAPE or [1] * 8)[axis]
+        mdl = self._mesh_axis_size(axes.MDL)
         if self.VOCAB_SIZE % mdl == 0:
             return self.VOCAB_SIZE
         multiple = math.lcm(128, mdl)
@@ -180,7 +206,31 @@ class TransformerLmExperiment(SingleTaskExperiment):
         )
         if self.PRAXIS_CONVENTIONS:
             _praxis_conventions(decoder)
+        if self.NUM_EXPERTS:
+            self._sparse(decoder)
         return decoder
+
+    def _sparse(self, decoder: fdl.Config[TransformerLm]) -> None:
+        """The Mixture-of-Experts settings above, on ``decoder``."""
+        split = self._mesh_axis_size(axes.EXPERT)
+        if self.NUM_EXPERTS % split:
+            raise UsageError(f"NUM_EXPERTS={self.NUM_EXPERTS} does not divide over the "
+                             f"{split} devices of the mesh's expert axis (ICI_MESH_SHAPE "
+                             f"{self.ICI_MESH_SHAPE}); use a multiple of {split} experts or "
+                             f"another mesh")
+        experts = fdl.Partial(
+            MoeFeedForward, num_experts=self.NUM_EXPERTS, top_k=self.NUM_EXPERTS_PER_TOKEN,
+            capacity_factor=self.EXPERT_CAPACITY_FACTOR, shared_experts=self.NUM_SHARED_EXPERTS,
+            normalize_top_k=self.NORMALIZE_EXPERT_WEIGHTS,
+            load_balancing_weight=self.MOE_LOAD_BALANCING_WEIGHT,
+            z_loss_weight=self.MOE_Z_LOSS_WEIGHT)
+        for field, value in (("hidden_dims", self.MOE_HIDDEN_DIMS),
+                             ("activation", self.MOE_ACTIVATION), ("gated", self.MOE_GATED)):
+            if value is not None:  # else the block's own
+                setattr(experts, field, value)
+        decoder.feed_forward = experts
+        decoder.moe_every = self.MOE_EVERY
+        decoder.first_dense_layers = self.FIRST_DENSE_LAYERS
 
     def model(self) -> fdl.Config[LanguageModel]:
         return fdl.Config(LanguageModel, decoder=self.decoder())
@@ -252,6 +302,15 @@ class PipelinedExperiment:
         config = super().decoder()
         config.stack = fdl.Config(Pipeline, **experiment_settings(self))
         return config
+
+
+class ExpertParallel:
+    """Mixin: a mesh with an ``expert`` axis (``pax_core.axes.EXPERT_MESH``: replica, data,
+    expert, mdl) over which each MoE layer's experts are split, the batch split over it too
+    (``EXPERT_RULES``); NUM_EXPERTS must divide over it."""
+
+    MESH_AXIS_NAMES = axes.EXPERT_MESH
+    LOGICAL_AXIS_RULES = axes.EXPERT_RULES
 
 
 class TransformerLmSpmdAdafactor(TransformerLmExperiment):

@@ -53,6 +53,15 @@ _OPEN_MODELS = {
     "Llama3_1_8B": "Llama 3.1 8B", "Llama3_1_70B": "Llama 3.1 70B", "Llama3_2_1B": "Llama 3.2 1B",
     "Llama3_2_3B": "Llama 3.2 3B", "Mistral7B": "Mistral 7B", "Qwen2_5_7B": "Qwen 2.5 7B",
     "Qwen3_8B": "Qwen 3 8B", "Gemma2_9B": "Gemma 2 9B", "Gemma3_4B": "Gemma 3 4B's text decoder",
+    "Mixtral8x7B": "Mixtral 8x7B (2 of 8 experts a token)",
+    "Mixtral8x22B": "Mixtral 8x22B (2 of 8 experts a token)",
+}
+
+# Mixture-of-Experts LMs at published sizes (moe.py).
+_MOE_MODELS = {
+    "GLaM126M64E": "GLaM 126M/64E (about 1.9B weights), experts over 64 devices",
+    "GLaM64B64E": "GLaM 64B/64E (1.2T weights, 96.6B a token), on 512 devices",
+    "DeepSeekMoE16B": "DeepSeekMoE 16B (16.4B weights, 2.8B a token; shared experts)",
 }
 
 # Names Pax's README used for classes that were renamed since.
@@ -76,9 +85,16 @@ EXPERIMENTS: list[ExperimentRef] = [
     *(ExperimentRef(name, f"pax_lm.experiments.open_models:{name}", f"{label} (open weights: "
                     f"pax import hf its folder, or --init-from it)")
       for name, label in _OPEN_MODELS.items()),
+    *(ExperimentRef(name, f"pax_lm.experiments.moe:{name}", label)
+      for name, label in _MOE_MODELS.items()),
+    ExperimentRef("QuickStartMoeLm", "pax_lm.experiments.quickstart:QuickStartMoeLm",
+                  "the quick start as a Mixture-of-Experts: 2 of 8 experts a token, as many "
+                  "weights a token"),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
     ExperimentRef("TinyPipelinedLmForTests",
                   "pax_lm.experiments.quickstart:TinyPipelinedLmForTests",
                   "the tests' LM as a 2-stage GPipe pipeline on 8 devices (pax-pipeline)"),
+    ExperimentRef("TinyMoeLmForTests", "pax_lm.experiments.quickstart:TinyMoeLmForTests",
+                  "the tests' LM with 2 of 4 experts a token, split over an expert axis of 4"),
 ]

@@ -6,9 +6,9 @@ torchtitan keeps its sizes), turned into Pax's constants by the ``hf`` format's 
 the same model: ``pax import hf`` of a downloaded Llama 3.1 8B gives the layout of
 ``Llama3_1_8B``, and ``--init-from`` that folder starts the experiment from it. Each declares
 a mesh for the hardware it is usually trained on (FSDP over ``data``, tensor parallelism over
-``mdl`` for the 70B) and scans its layers with Pax's full rematerialisation, the settings a
-long run wants; its tokenizer is the model's own ``tokenizer.json`` (``TOKENIZER``), which the
-user points at.
+``mdl`` for the 70B, Mixtral's experts split over an ``expert`` axis: ``ExpertParallel``) and
+scans its layers with Pax's full rematerialisation, the settings a long run wants; its
+tokenizer is the model's own ``tokenizer.json`` (``TOKENIZER``), which the user points at.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from pax_lm.experiments.base import ExpertParallel
 from pax_lm.experiments.open_weights import OpenWeightsLm
 from pax_lm.hf.families import constants
 
@@ -23,6 +24,10 @@ _LLAMA3_ROPE = dict(rope_type="llama3", factor=8.0, low_freq_factor=1.0, high_fr
                     original_max_position_embeddings=8192)
 _LLAMA3 = dict(model_type="llama", vocab_size=128256, rms_norm_eps=1e-5, rope_theta=500000.0,
                max_position_embeddings=131072, hidden_act="silu")
+_MIXTRAL = dict(model_type="mixtral", num_key_value_heads=8, rms_norm_eps=1e-5,
+                rope_theta=1000000.0, sliding_window=None, tie_word_embeddings=False,
+                hidden_act="silu", num_local_experts=8, num_experts_per_tok=2,
+                router_jitter_noise=0.0, output_router_logits=False)
 _GEMMA = dict(rms_norm_eps=1e-6, head_dim=256, query_pre_attn_scalar=256,
               hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True)
 
@@ -67,17 +72,31 @@ PUBLISHED: dict[str, dict[str, Any]] = {
                       rope_scaling=dict(rope_type="linear", factor=8.0),
                       max_position_embeddings=131072, sliding_window=1024,
                       sliding_window_pattern=6),
+    # v0.1; 8x22B with the 32768-token vocabulary of mistralai's folders (the first copies,
+    # converted from the torrent, have 32000).
+    "Mixtral8x7B": dict(_MIXTRAL, vocab_size=32000, hidden_size=4096, intermediate_size=14336,
+                        num_hidden_layers=32, num_attention_heads=32,
+                        max_position_embeddings=32768, router_aux_loss_coef=0.02),
+    "Mixtral8x22B": dict(_MIXTRAL, vocab_size=32768, hidden_size=6144,
+                         intermediate_size=16384, num_hidden_layers=56, num_attention_heads=48,
+                         max_position_embeddings=65536, router_aux_loss_coef=0.001),
 }
 
 
 def published(name: str, mesh: list[int]) -> Callable[[type], type]:
-    """Class decorator: the architecture of ``PUBLISHED[name]`` and the mesh ``mesh``
-    (replica, data, mdl), with a sequence per device of the global batch."""
+    """Class decorator: the architecture of ``PUBLISHED[name]`` and the mesh ``mesh``, one
+    size for each of the class's ``MESH_AXIS_NAMES`` (replica, data, mdl; with
+    ``ExpertParallel``, replica, data, expert, mdl), with a sequence per device of the global
+    batch."""
     settings = {**constants(PUBLISHED[name]), "ICI_MESH_SHAPE": mesh, "PERCORE_BATCH_SIZE": 1,
                 "BATCH_SIZE": None, "USE_REPEATED_LAYER": True,
                 "CHECKPOINT_POLICY": "SAVE_NOTHING", "FPROP_DTYPE": "bfloat16"}
 
     def apply(cls: type) -> type:
+        if len(mesh) != len(cls.MESH_AXIS_NAMES):
+            raise TypeError(f"{cls.__name__}: the mesh {mesh} has {len(mesh)} axes, its "
+                            f"MESH_AXIS_NAMES {list(cls.MESH_AXIS_NAMES)} "
+                            f"{len(cls.MESH_AXIS_NAMES)}")
         for key, value in settings.items():
             setattr(cls, key, value)
         return cls
@@ -128,3 +147,17 @@ class Gemma2_9B(OpenWeightsLm):
 @published("Gemma3_4B", [1, 8, 1])
 class Gemma3_4B(OpenWeightsLm):
     """Gemma 3 4B's text decoder (five local layers to a global one), FSDP over 8 devices."""
+
+
+@published("Mixtral8x7B", [1, 8, 8, 1])
+class Mixtral8x7B(ExpertParallel, OpenWeightsLm):
+    """Mixtral 8x7B v0.1 (46,702,792,704 weights, 12,879,925,248 of them a token's: 2 of 8
+    experts in every layer): one expert on each device of an expert axis of 8, FSDP over 8
+    (64 devices)."""
+
+
+@published("Mixtral8x22B", [1, 16, 8, 1])
+class Mixtral8x22B(ExpertParallel, OpenWeightsLm):
+    """Mixtral 8x22B v0.1 with mistralai's vocabulary of 32768 (140,630,071,296 weights,
+    39,161,468,928 of them a token's): one expert on each device of an expert axis of 8, FSDP
+    over 16 (128 devices)."""

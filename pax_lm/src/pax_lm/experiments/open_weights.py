@@ -1,4 +1,4 @@
-"""Open-weights decoders (Llama, Mistral, Qwen, Gemma, GPT-2, GPT-NeoX, Phi) trained on.
+"""Open-weights decoders (Llama, Mistral, Mixtral, Qwen, Gemma, GPT-2, GPT-NeoX, Phi) trained on.
 
 ``OpenWeightsLm`` is what ``pax import hf`` makes a job of: its architecture constants come
 from the source's ``config.json`` (recorded as the job's overrides, so ``pax train``, ``pax

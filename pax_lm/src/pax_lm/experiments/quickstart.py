@@ -14,7 +14,11 @@ import fiddle as fdl
 from pax_core import UsageError
 from pax_lm.dpo.dataset import DpoDataset
 from pax_lm.dpo.preference_input import PreferenceInput
-from pax_lm.experiments.base import PipelinedExperiment, TransformerLmExperiment
+from pax_lm.experiments.base import (
+    ExpertParallel,
+    PipelinedExperiment,
+    TransformerLmExperiment,
+)
 from pax_lm.experiments.sizes import size
 from pax_lm.inputs.text import TextInput
 from pax_lm.inputs.tokens import TokensInput
@@ -133,3 +137,22 @@ class TinyPipelinedLmForTests(PipelinedExperiment, TinyLmForTests):
     NUM_STAGES = 2
     NUM_MICROBATCHES = 4
 
+
+class QuickStartMoeLm(QuickStartLm):
+    """The quick start as a Mixture-of-Experts: each token goes to 2 of 8 experts of 384 units,
+    as many weights a token as the dense quick start's feed-forward of 768 (plus a router of
+    192 x 8), with four times its feed-forward weights in all. Dropless."""
+
+    NUM_EXPERTS = 8
+    NUM_EXPERTS_PER_TOKEN = 2
+    MOE_HIDDEN_DIMS = 384
+
+
+class TinyMoeLmForTests(ExpertParallel, TinyLmForTests):
+    """The tests' model with 2 of 4 experts a token in each layer, the experts split over an
+    expert axis of 4 (data 2 x expert 4: 8 devices)."""
+
+    NUM_EXPERTS = 4
+    NUM_EXPERTS_PER_TOKEN = 2
+    MOE_HIDDEN_DIMS = 128
+    ICI_MESH_SHAPE = [1, 2, 4, 1]

@@ -53,6 +53,10 @@ SIZES: dict[str, LmSize] = {
     "maxtext-22B-wide": LmSize(24, 9216, 36864, 24, 384),
     "maxtext-v4-8": LmSize(16, 2048, 8192, 8, 256),
     "maxtext-32B": LmSize(40, 8192, 32768, 32, 256),
+    # Mixture-of-Experts (moe.py): the dense parts' shapes; the experts are the experiment's
+    "glam-126m": LmSize(12, 768, 3072, 12, 64),
+    "glam-64b": LmSize(64, 8192, 32768, 128, 128),
+    "deepseek-moe-16b": LmSize(28, 2048, 10944, 16, 128),
     # small models that train on a CPU
     "quickstart": LmSize(4, 192, 768, 4, 48),
     "tiny": LmSize(2, 64, 256, 4, 16),

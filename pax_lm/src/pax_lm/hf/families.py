@@ -7,6 +7,14 @@ and scaling, windows, caps) is read from the configuration. Anything the configu
 for that Pax's layers do not compute (a rope scaling kind, a per-layer-index attention scale,
 an activation) is refused by name, never approximated.
 
+Mixtral is the one sparse family: its layers' feed-forwards are Mixture-of-Experts parts
+(pax-transformer's ``MoeFeedForward``), every layer sparse, each token going to
+``num_experts_per_tok`` of ``num_local_experts`` gated experts with the top-k weights
+renormalised and no token dropped: Pax's routing with no capacity factor, exactly. A dense
+family never claims a sparse model on export, nor Mixtral a dense one; a sparse model whose
+routing Mixtral does not compute (a capacity, shared experts, dense layers among the sparse
+ones, unnormalised weights) is refused, naming each setting.
+
 Both spellings of the configuration are read: the one most published checkpoints carry
 (``rope_theta``, ``rope_scaling``, ``torch_dtype``) and the one transformers 5 writes
 (``rope_parameters``, ``dtype``). Exports write the first, which every version reads.
@@ -16,9 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pax_core import UsageError
+
+if TYPE_CHECKING:  # a model is built, and JAX imported, before a part is asked for
+    from pax_transformer import MoeFeedForward
 
 # Hugging Face activation names -> Pax's.
 _ACTIVATIONS = {"silu": "silu", "swish": "silu", "gelu": "gelu", "gelu_new": "gelu_tanh",
@@ -33,7 +44,8 @@ class Family:
     """One architecture family: ``settings`` are the constants it fixes; ``read`` gives the
     constants a configuration varies; ``write`` the configuration entries of a model; ``fits``
     says whether a model with the family's settings is one of it (Llama and Mistral differ
-    only by the sliding window)."""
+    only by the sliding window); ``sparse``: its models' feed-forwards are Mixture-of-Experts
+    parts, whose fixed settings are among ``settings`` (``_SPARSE_SETTINGS``)."""
 
     name: str
     model_types: tuple[str, ...]
@@ -42,6 +54,7 @@ class Family:
     read: Callable[[dict[str, Any]], dict[str, Any]]
     write: Callable[[Any], dict[str, Any]]
     fits: Callable[[Any], bool] = lambda model: True
+    sparse: bool = False
 
 
 def _need(cfg: dict[str, Any], key: str) -> Any:
@@ -285,9 +298,44 @@ def _phi_out(m: Any) -> dict[str, Any]:
     return out
 
 
+def _mixtral(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Llama's reading and the experts'. Hugging Face's load-balancing loss is ``top_k`` times
+    Pax's (it counts each token's choices without dividing by their number: a balanced router
+    scores ``top_k`` there, 1 here), so the weight is ``router_aux_loss_coef * top_k`` for the
+    same pull on the router (Hugging Face pools every layer's choices before taking the
+    product, Pax averages the layers' losses: the same when the router is balanced)."""
+    jitter = float(cfg.get("router_jitter_noise") or 0.0)
+    if jitter > 0:
+        raise UsageError(f"config.json: router_jitter_noise={jitter} is not supported (Pax's "
+                         f"router takes no noise while training); set it to 0.0 to import "
+                         f"the model, whose outputs it does not change")
+    experts = int(_need(cfg, "num_local_experts"))
+    top_k = int(_need(cfg, "num_experts_per_tok"))
+    if not 1 <= top_k <= experts:
+        raise UsageError(f"config.json: num_experts_per_tok={top_k} must be between 1 and "
+                         f"num_local_experts={experts}")
+    return {**_llama(cfg), "NUM_EXPERTS": experts, "NUM_EXPERTS_PER_TOKEN": top_k,
+            "MOE_HIDDEN_DIMS": int(_need(cfg, "intermediate_size")),
+            "MOE_LOAD_BALANCING_WEIGHT": float(cfg.get("router_aux_loss_coef", 0.001)) * top_k}
+
+
+def _mixtral_out(m: Any) -> dict[str, Any]:
+    """Every layer is sparse, so the experts' width and activation are the feed-forward's."""
+    experts = sparse_part(m)
+    return {**_decoder_entries(m), **_rope_entries(m), "intermediate_size": experts.hidden_dims,
+            "hidden_act": _HF_ACTIVATIONS[experts.activation],
+            "num_local_experts": experts.num_experts, "num_experts_per_tok": experts.top_k,
+            "router_aux_loss_coef": experts.load_balancing_weight / experts.top_k,
+            "router_jitter_noise": 0.0, "output_router_logits": False,
+            "sliding_window": m.sliding_window or None}
+
+
+_HF_ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh",
+                   "relu": "relu"}
+
+
 def _hf_activation(m: Any) -> str:
-    return {"silu": "silu", "gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh",
-            "relu": "relu"}[m.activation]
+    return _HF_ACTIVATIONS[m.activation]
 
 
 # What every family fixes, unless it says otherwise: so that each family's settings tell it
@@ -301,6 +349,11 @@ _RMS = {**_PLAIN, "NORMALIZATION": "rmsnorm", "USE_ROTARY_POSITION_EMB": True,
 _GEMMA = {**_RMS, "SCALE_EMBEDDING": True, "NORM_SCALE_OFFSET": 1.0}
 _LAYERNORM = {**_PLAIN, "NORMALIZATION": "layernorm", "USE_BIAS": True, "SCALE_EMBEDDING": False,
               "USE_GATED_ACTIVATION": False, "ATTEN_LOGIT_CAP": 0.0, "SOFTMAX_CAP": 0.0}
+
+# Mixtral's routing in Pax's constants: every choice computed (dropless), no shared experts,
+# every layer sparse, the top-k weights renormalised.
+_MIXTRAL_ROUTING = {"EXPERT_CAPACITY_FACTOR": None, "NUM_SHARED_EXPERTS": 0,
+                    "NORMALIZE_EXPERT_WEIGHTS": True, "MOE_EVERY": 1, "FIRST_DENSE_LAYERS": 0}
 
 FAMILIES = (
     Family("Llama", ("llama",), "llama", _RMS, _llama, _llama_out,
@@ -322,6 +375,8 @@ FAMILIES = (
     Family("Phi", ("phi",), "phi",
            {**_LAYERNORM, "USE_ROTARY_POSITION_EMB": True, "PARALLEL_RESIDUAL": True,
             "SHARED_NORM": True, "SEPARATE_EMBEDDING": True}, _phi, _phi_out),
+    Family("Mixtral", ("mixtral",), "mixtral", {**_RMS, **_MIXTRAL_ROUTING}, _mixtral,
+           _mixtral_out, lambda m: not m.global_every, sparse=True),
 )
 _BY_TYPE = {t: f for f in FAMILIES for t in f.model_types}
 
@@ -341,9 +396,19 @@ def constants(cfg: dict[str, Any]) -> dict[str, Any]:
     return {**family.settings, **family.read(cfg)}
 
 
+def sparse_part(model: Any) -> MoeFeedForward | None:
+    """The Mixture-of-Experts part of a pax-transformer ``TransformerLm``'s sparse layers, as
+    its blocks complete it (its experts' width, activation, gate); None for a dense model."""
+    from pax_transformer import MoeFeedForward
+
+    part = model.block_config().feed_forward_part()
+    return part if isinstance(part, MoeFeedForward) else None
+
+
 def model_type_of(model: Any) -> tuple[Family, str]:
     """The family (and its ``model_type``) a Pax decoder is exported as: the one whose fixed
-    settings it has."""
+    settings it has, among the sparse families for a sparse model and the dense ones for a
+    dense model."""
     foreign = [name for name, held in (
         ("per-dimension query scaling", model.per_dim_scale),
         ("a sinusoid beside rotary", model.position == "sinusoidal_rotary"),
@@ -352,14 +417,43 @@ def model_type_of(model: Any) -> tuple[Family, str]:
         ("a bias on a tied head", model.tied_embedding and model.output_bias)) if held]
     if foreign:
         raise UsageError(f"this model computes {foreign[0]} (praxis's layers), which no Hugging "
-                         f"Face family holds; it exports as Pax's own format (pax export "
-                         f"without --format)")
+                         f"Face family holds; {_OWN_FORMAT}")
+    experts = sparse_part(model)
     for family in FAMILIES:
-        if family.fits(model) and all(_matches(model, key, value)
-                                      for key, value in family.settings.items()):
+        if family.sparse != (experts is not None) or not family.fits(model):
+            continue
+        if all(_matches(model, key, value) for key, value in family.settings.items()
+               if key in _FIELDS):
+            if experts is not None:
+                _check_routing(family, model, experts)
             return family, family.model_types[0]
-    raise UsageError("this model's architecture matches none of the Hugging Face families Pax "
-                     "exports (Llama, Mistral, Qwen 2/3, Gemma 1/2/3, GPT-2, GPT-NeoX, Phi)")
+    kind = "sparse" if experts is not None else "dense"
+    names = ", ".join(f.name for f in FAMILIES if f.sparse == (experts is not None))
+    raise UsageError(f"this model's architecture matches none of the {kind} Hugging Face "
+                     f"families Pax exports ({names})")
+
+
+_OWN_FORMAT = "it exports as Pax's own format (pax export without --format)"
+# Sparse constant -> its value in a model, from the decoder and its MoE part.
+_SPARSE_SETTINGS: dict[str, Callable[[Any, MoeFeedForward], Any]] = {
+    "EXPERT_CAPACITY_FACTOR": lambda m, experts: experts.capacity_factor,
+    "NUM_SHARED_EXPERTS": lambda m, experts: experts.shared_experts,
+    "NORMALIZE_EXPERT_WEIGHTS": lambda m, experts: experts.normalize_top_k,
+    "MOE_EVERY": lambda m, experts: m.moe_every,
+    "FIRST_DENSE_LAYERS": lambda m, experts: m.first_dense_layers,
+}
+
+
+def _check_routing(family: Family, model: Any, experts: MoeFeedForward) -> None:
+    """Refuse, naming each, the sparse settings of ``model`` that ``family`` does not hold."""
+    unheld = [f"{key}={read(model, experts)!r} ({family.name}: {family.settings[key]!r})"
+              for key, read in _SPARSE_SETTINGS.items()
+              if key in family.settings and read(model, experts) != family.settings[key]]
+    if not experts.gated:
+        unheld.append(f"experts without a gate ({family.name}'s are gated)")
+    if unheld:
+        raise UsageError(f"this model's Mixture-of-Experts settings are not {family.name}'s: "
+                         f"{', '.join(unheld)}; {_OWN_FORMAT}")
 
 
 # Constant -> (TransformerLm field, how the constant's value reads there).

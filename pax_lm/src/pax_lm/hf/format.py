@@ -172,7 +172,8 @@ _ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM",
                   "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM",
                   "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                   "gemma3_text": "Gemma3ForCausalLM", "gpt2": "GPT2LMHeadModel",
-                  "gpt_neox": "GPTNeoXForCausalLM", "phi": "PhiForCausalLM"}
+                  "gpt_neox": "GPTNeoXForCausalLM", "phi": "PhiForCausalLM",
+                  "mixtral": "MixtralForCausalLM"}
 
 
 def _aliases(available: dict[str, Any]) -> dict[str, Any]:

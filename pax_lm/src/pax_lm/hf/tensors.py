@@ -7,7 +7,11 @@ kernel as [in, out] with the heads as axes of their own ([d, heads, dim_per_head
 query, [heads, dim_per_head, d] for the output), so most conversions are a transpose and a
 reshape. GPT-2 stores its projections as [in, out] already (its ``Conv1D``) and fuses query,
 key and value into one tensor; GPT-NeoX fuses them per head ([heads, 3, dim_per_head] rows).
-Every conversion is a permutation of the values, so a round trip is exact.
+Mixtral keeps each expert's three projections as linear layers of their own (``w1`` the gate,
+``w3`` the up projection, ``w2`` the down one: the layout of the published checkpoints, which
+transformers 5 still writes and fuses only as it loads); Pax stacks the experts into one
+[experts, in, out] array of each. Every conversion is a permutation of the values, so a round
+trip is exact.
 
 A scanned stack keeps each weight of all layers in one array (a leading layers axis): its
 entries stack the layers' tensors, and export slices them again.
@@ -20,6 +24,8 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+
+from pax_lm.hf.families import sparse_part
 
 Arrays = list[np.ndarray]
 
@@ -105,7 +111,7 @@ def _separate_qkv(prefix: str, dims: _Dims, names: tuple[str, str, str, str],
     return entries
 
 
-def _llama_layer(p: str, dims: _Dims, post_norms: bool) -> list[Entry]:
+def _llama_layer(p: str, dims: _Dims, post_norms: bool, sparse: bool) -> list[Entry]:
     m = dims.m
     entries = _norm(f"{p}.input_layernorm", "attention_norm", dims)
     entries += _separate_qkv(f"{p}.self_attn", dims, ("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -119,12 +125,31 @@ def _llama_layer(p: str, dims: _Dims, post_norms: bool) -> list[Entry]:
         entries += _norm(f"{p}.post_feedforward_layernorm", "post_ffn_norm", dims)
     else:
         entries += _norm(f"{p}.post_attention_layernorm", "ffn_norm", dims)
+    if sparse:
+        return entries + _experts(f"{p}.block_sparse_moe", dims)
     return [
         *entries,
         _one(f"{p}.mlp.gate_proj.weight", "ffn/wi_gate/kernel", _linear(dims.d, (dims.f,))),
         _one(f"{p}.mlp.up_proj.weight", "ffn/wi/kernel", _linear(dims.d, (dims.f,))),
         _one(f"{p}.mlp.down_proj.weight", "ffn/wo/kernel", _linear(dims.f, (dims.d,))),
     ]
+
+
+def _experts(p: str, dims: _Dims) -> list[Entry]:
+    """Mixtral's sparse feed-forward: the router ``gate`` [E, d] <-> Pax's [d, E], and each
+    expert's ``w1`` (gate) and ``w3`` (up) [f, d] and ``w2`` (down) [d, f], one tensor an
+    expert <-> Pax's ``wi_gate``, ``wi`` [E, d, f] and ``wo`` [E, f, d]."""
+    experts = sparse_part(dims.m)
+    count, d, f = experts.num_experts, dims.d, experts.hidden_dims
+
+    def stacked(name: str, pax: str, shape: tuple[int, int]) -> Entry:
+        return Entry(tuple(f"{p}.experts.{j}.{name}.weight" for j in range(count)),
+                     (("ffn", pax),), lambda a: [np.stack([x.T for x in a])],
+                     lambda k: [x.T for x in k[0]], (shape,) * count)
+
+    return [_one(f"{p}.gate.weight", "ffn/router", _linear(d, (count,))),
+            stacked("w1", "wi_gate", (f, d)), stacked("w3", "wi", (f, d)),
+            stacked("w2", "wo", (d, f))]
 
 
 def _head(dims: _Dims, name: str, bias: bool) -> list[Entry]:
@@ -137,10 +162,11 @@ def _head(dims: _Dims, name: str, bias: bool) -> list[Entry]:
     return entries
 
 
-def _llama(dims: _Dims, post_norms: bool = False) -> tuple[list[Entry], list[list[Entry]]]:
+def _llama(dims: _Dims, post_norms: bool = False, sparse: bool = False
+           ) -> tuple[list[Entry], list[list[Entry]]]:
     top = [_one("model.embed_tokens.weight", "embedding/embedding", _same((dims.v, dims.d)))]
     top += _norm("model.norm", "final_norm", dims) + _head(dims, "lm_head", False)
-    layers = [_llama_layer(f"model.layers.{i}", dims, post_norms)
+    layers = [_llama_layer(f"model.layers.{i}", dims, post_norms, sparse)
               for i in range(dims.m.num_layers)]
     return top, layers
 
@@ -249,6 +275,7 @@ def _phi(dims: _Dims) -> tuple[list[Entry], list[list[Entry]]]:
 NAMINGS: dict[str, Callable[[_Dims], tuple[list[Entry], list[list[Entry]]]]] = {
     "llama": _llama,
     "gemma2": lambda dims: _llama(dims, post_norms=True),
+    "mixtral": lambda dims: _llama(dims, sparse=True),
     "gpt2": _gpt2,
     "gpt_neox": _neox,
     "phi": _phi,

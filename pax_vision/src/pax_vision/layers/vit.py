@@ -80,8 +80,8 @@ class VisionTransformer(nn.Module):
         x = nn.with_logical_constraint(x + positions.astype(x.dtype),
                                        (axes.BATCH, axes.LENGTH, axes.EMBED))
         x = nn.Dropout(self.dropout_rate, deterministic=not train)(x)
-        x = TransformerStack(self.block_config(tokens), self.num_layers, self.scan_layers,
-                             self.remat_policy, train, name="encoder")(
+        x, _ = TransformerStack(self.block_config(tokens), self.num_layers, self.scan_layers,
+                                self.remat_policy, train, name="encoder")(
             x, jnp.broadcast_to(jnp.arange(tokens), x.shape[:2]))
         x = Norm("layernorm", 1e-6, self.dtype, name="final_norm")(x)
         pooled = x[:, 0] if self.pooling == "cls" else jnp.mean(x, axis=1)

@@ -92,12 +92,14 @@ class PipelinedStack(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None = None,
-                 decode_start: jax.Array | None = None) -> jax.Array:
+                 decode_start: jax.Array | None = None
+                 ) -> tuple[jax.Array, dict[str, jax.Array]]:
+        """The stack's ``(x, stats)``; a pipeline's layers are dense, their stats ``{}``."""
         s = self.schedule
         s.check(self.num_layers)
         layers = self.param("layers", self._init_layers, x, positions, segment_ids)
         if self.decode:
-            return self._decode(layers, x, positions, decode_start)
+            return self._decode(layers, x, positions, decode_start), {}
         count = s.microbatches(x.shape[0])
 
         per_group = self.num_layers // s.num_groups
@@ -109,8 +111,8 @@ class PipelinedStack(nn.Module):
                 lambda w: jax.lax.dynamic_slice_in_dim(w, group * per_group, per_group, 0),
                 params)
             segments = aux[1] if len(aux) > 1 else None
-            return body.apply({"params": {"layers": group_params}}, h, aux[0], segments, None,
-                              rngs={"dropout": rng} if train else None)
+            return _dense(body.apply({"params": {"layers": group_params}}, h, aux[0], segments,
+                                     None, rngs={"dropout": rng} if train else None))
 
         rules = nn.get_logical_axis_rules()
         stage_axes = _mesh_axes(axes.STAGES)
@@ -125,7 +127,7 @@ class PipelinedStack(nn.Module):
                 spmd_axis_name=stage_axes or None,
                 constrain_state=_constrain((axes.STAGES, *activation), rules),
                 constrain_io=_constrain(io_axes, rules if s.stream_io else inner))
-        return nn.with_logical_constraint(_join(out), activation)
+        return nn.with_logical_constraint(_join(out), activation), {}
 
     def _decode(self, layers: Any, x: jax.Array, positions: jax.Array,
                 decode_start: jax.Array | None) -> jax.Array:
@@ -137,11 +139,22 @@ class PipelinedStack(nn.Module):
             jax.random.PRNGKey(0), x, positions, None, decode_start)["cache"]["layers"])
         leading = len(sched.stored_shape(self.num_layers, self.schedule))
         flat = jax.tree.map(lambda w: w.reshape(self.num_layers, *w.shape[leading:]), layers)
-        out, mutated = body.apply({"params": {"layers": flat}, "cache": {"layers": cache.value}},
-                                  x, positions, None, decode_start, mutable=["cache"])
+        (out, _), mutated = body.apply(
+            {"params": {"layers": flat}, "cache": {"layers": cache.value}}, x, positions, None,
+            decode_start, mutable=["cache"])
         if not self.is_initializing():
             cache.value = mutated["cache"]["layers"]
         return out
+
+
+def _dense(output: tuple[jax.Array, dict[str, jax.Array]]) -> jax.Array:
+    """A stage's activations; a stage of sparse layers (whose routing stats the schedule does
+    not carry) is refused."""
+    h, stats = output
+    if stats:
+        raise ValueError("pipeline stages of Mixture-of-Experts layers are not supported; run "
+                         "an MoE model without a pipeline (PARTITIONER 'spmd')")
+    return h
 
 
 def _constrain(names: tuple, rules: tuple):

@@ -14,19 +14,23 @@ _EXPORTS = {
     # the decoder-only LM and its sizes
     "TransformerLm": "pax_transformer.models",
     "count_params": "pax_transformer.models",
+    "count_active_params": "pax_transformer.models",
     "train_flops_per_token": "pax_transformer.models",
     "FLOPS_FORMULA_VERSION": "pax_transformer.models",
     # blocks, their parts and their stack
     "BlockConfig": "pax_transformer.layers.block",
     "TransformerBlock": "pax_transformer.layers.block",
     "block_weights": "pax_transformer.layers.block",
+    "block_active_weights": "pax_transformer.layers.block",
     "block_train_flops_per_token": "pax_transformer.layers.block",
     "build_part": "pax_transformer.layers.parts",
+    "active_weights": "pax_transformer.layers.parts",
     "TransformerStack": "pax_transformer.layers.stack",
     "stack_layer_params": "pax_transformer.layers.stack",
     # the parts other packages build their own blocks from
     "Attention": "pax_transformer.layers.attention",
     "FeedForward": "pax_transformer.layers.feedforward",
+    "MoeFeedForward": "pax_transformer.layers.moe",
     "Projection": "pax_transformer.layers.dense",
     "Norm": "pax_transformer.layers.normalization",
     "BatchNorm": "pax_transformer.layers.normalization",

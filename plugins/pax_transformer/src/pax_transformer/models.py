@@ -66,6 +66,7 @@ With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer a
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -78,6 +79,7 @@ from pax_transformer.layers.attention import PROJECTIONS as ATTENTION_PROJECTION
 from pax_transformer.layers.block import (
     ACTIVATION_AXES,
     BlockConfig,
+    block_active_weights,
     block_train_flops_per_token,
     block_weights,
 )
@@ -174,6 +176,14 @@ class TransformerLm(nn.Module):
     projections ``lora_targets`` names (query, key, value, output, gate, up, down, or regular
     expressions over paths such as ``attention/query``); a fresh adapter changes nothing.
 
+    A Mixture-of-Experts model takes ``feed_forward=fdl.Partial(MoeFeedForward, ...)``
+    (``layers/moe.py``: its weights, routing and expert parallelism). ``moe_every`` and
+    ``first_dense_layers`` then make only some layers sparse: past the first
+    ``first_dense_layers`` (DeepSeek's dense first layers), every ``moe_every``-th (GLaM: 2),
+    the others taking the dense ``FeedForward`` of ``hidden_dims``. The scanned stack then
+    repeats a group of ``moe_every`` layers (``layers/stack.py``). ``__call__`` with
+    ``with_stats`` also returns what the sparse layers report of their routing.
+
     ``fp8`` runs the blocks' attention and feed-forward projections in FP8 with delayed scaling
     (Flax's, e4m3 forward and e5m2 gradients, each tensor's scale from its largest magnitude
     over the last ``fp8_amax_history`` steps), as NVIDIA's recipe does on Hopper GPUs; the
@@ -235,6 +245,8 @@ class TransformerLm(nn.Module):
     lora_alpha: float = 16.0
     lora_targets: tuple[str, ...] = ("query", "value")
     lora_dropout: float = 0.0
+    moe_every: int = 1
+    first_dense_layers: int = 0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -298,6 +310,8 @@ class TransformerLm(nn.Module):
             per_dim_scale=self.per_dim_scale,
             ffn_bias=self.ffn_bias,
             lora=self.lora(),
+            moe_every=self.moe_every,
+            first_dense_layers=self.first_dense_layers,
         )
 
     def lora(self) -> Lora | None:
@@ -315,8 +329,11 @@ class TransformerLm(nn.Module):
         positions: jax.Array | None = None,
         train: bool = False,
         decode: bool = False,
-    ) -> jax.Array:
-        """ids [B, L] int32 -> logits [B, L, vocab_size] float32.
+        with_stats: bool = False,
+    ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+        """ids [B, L] int32 -> logits [B, L, vocab_size] float32; with ``with_stats``,
+        ``(logits, stats)``: what the sparse feed-forward parts (``layers/moe.py``) report, each
+        entry stacked over the layers, ``{}`` for a dense model.
 
         segment_ids [B, L]: packed sequences; a token attends only to earlier tokens of its own
         segment. positions [B, L]: each token's position within its segment, used by rotary,
@@ -374,7 +391,7 @@ class TransformerLm(nn.Module):
         x = nn.with_logical_constraint(x, ACTIVATION_AXES)
 
         make_stack = self.stack or TransformerStack
-        x = make_stack(
+        x, stats = make_stack(
             config, self.num_layers, self.scan_layers, self.remat_policy, train, decode,
             name="stack",
         )(x, positions, segment_ids, decode_start)
@@ -396,7 +413,8 @@ class TransformerLm(nn.Module):
             )(x)
         if self.logits_soft_cap:
             logits = self.logits_soft_cap * jnp.tanh(logits / self.logits_soft_cap)
-        return nn.with_logical_constraint(logits, (axes.BATCH, axes.LENGTH, axes.VOCAB))
+        logits = nn.with_logical_constraint(logits, (axes.BATCH, axes.LENGTH, axes.VOCAB))
+        return (logits, stats) if with_stats else logits
 
 
 def _validate(m: TransformerLm) -> None:
@@ -503,10 +521,33 @@ def _validate_families(m: TransformerLm) -> None:
     if lora is not None and m.attention is None and m.feed_forward is None:
         ffn = ("wi", "wi_gate", "wo") if m.gated else ("wi", "wo")
         lora.check([*ATTENTION_PROJECTIONS, *(f"ffn/{name}" for name in ffn)])
+    m.block_config().feed_forward_part()  # a part's own settings are checked as it is made
+    _validate_alternation(m)
     if m.global_every and m.stack is not None:
         raise ValueError("global_every (layers that differ: sliding or global) runs in "
                          "pax-transformer's own layer stack only, not in a custom stack such "
                          "as a pipeline's; set global_every=0 or stack=None")
+
+
+def _validate_alternation(m: TransformerLm) -> None:
+    """The checks of the dense and sparse layers' pattern."""
+    if m.moe_every < 1 or m.first_dense_layers < 0:
+        raise ValueError(f"moe_every must be a positive number of layers and "
+                         f"first_dense_layers 0 or more, got {m.moe_every} and "
+                         f"{m.first_dense_layers}")
+    if not (m.moe_every > 1 or m.first_dense_layers):
+        return
+    if m.feed_forward is None:
+        raise ValueError("moe_every and first_dense_layers place the feed_forward part (an "
+                         "MoeFeedForward) among dense layers, but feed_forward is not set")
+    if m.stack is not None:
+        raise ValueError("dense and sparse layers alternate in pax-transformer's own layer "
+                         "stack only, not in a custom stack such as a pipeline's")
+    sparse = m.num_layers - m.first_dense_layers
+    if sparse < m.moe_every or sparse % m.moe_every:
+        raise ValueError(f"the {sparse} layers after first_dense_layers="
+                         f"{m.first_dense_layers} must be a positive multiple of moe_every="
+                         f"{m.moe_every} (num_layers={m.num_layers})")
 
 
 def count_params(**fields: Any) -> int:
@@ -518,12 +559,30 @@ def count_params(**fields: Any) -> int:
     m = TransformerLm(**fields)
     d, vocab, bias = m.model_dims, m.vocab_size, int(m.output_bias)
     config = m.block_config()
-    total = vocab * d + m.num_layers * block_weights(config, d) + config.norm_weights(d)
+    blocks = sum(block_weights(layer, d) for layer in _layer_configs(m))
+    total = vocab * d + blocks + config.norm_weights(d)
     if m.position == "learned":
         total += m.max_seq_len * d
     if not m.tied_embedding:
         total += d * vocab
     return total + bias * vocab
+
+
+def count_active_params(model: TransformerLm) -> int:
+    """The weights one token multiplies in ``model``: all of them but the experts a sparse
+    feed-forward leaves unchosen (every weight of a dense model)."""
+    d = model.model_dims
+    unchosen = sum(block_weights(layer, d) - block_active_weights(layer, d)
+                   for layer in _layer_configs(model))
+    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(TransformerLm)
+              if f.name not in ("parent", "name")}
+    return count_params(**fields) - unchosen
+
+
+def _layer_configs(model: TransformerLm) -> list[BlockConfig]:
+    """Each layer's block settings (they differ where dense and sparse layers alternate)."""
+    config = model.block_config()
+    return [config.layer_config(i) for i in range(model.num_layers)]
 
 
 FLOPS_FORMULA_VERSION = 1
@@ -546,4 +605,5 @@ def train_flops_per_token(model: TransformerLm, seq_len: int) -> float:
     config = model.block_config()
     head = (d + bias) * vocab
     outside_blocks = 6.0 * (config.norm_weights(d) + head)  # the final norm and the logits
-    return outside_blocks + model.num_layers * block_train_flops_per_token(config, d, seq_len)
+    return outside_blocks + sum(block_train_flops_per_token(layer, d, seq_len)
+                                for layer in _layer_configs(model))

@@ -25,7 +25,7 @@ from pax_transformer.layers.feedforward import FeedForward
 from pax_transformer.layers.initializers import dense_init
 from pax_transformer.layers.lora import Lora
 from pax_transformer.layers.normalization import Norm
-from pax_transformer.layers.parts import build_part
+from pax_transformer.layers.parts import PartStats, active_weights, build_part, part_output
 from pax_transformer.layers.positions import NO_SCALING, RotaryScaling
 
 ACTIVATION_AXES = (axes.BATCH, axes.LENGTH, axes.EMBED)
@@ -43,6 +43,11 @@ class BlockConfig:
     ``rotary_scaling``: a ``RotaryScaling`` holding its ``rotary_scaling`` and that kind's four
     parameters, and ``lora``: a ``Lora`` holding its four ``lora_*`` settings (None: no
     adapters). Their defaults are the plain pre-norm block.
+
+    With ``moe_every`` > 1 or ``first_dense_layers`` > 0 the feed-forwards differ: layer i
+    takes ``feed_forward`` when it is a sparse layer (``is_sparse``: past the first
+    ``first_dense_layers``, every ``moe_every``-th; GLaM: every other one, DeepSeek: all but
+    the first), ``FeedForward`` otherwise; ``layer_config(i)`` is layer i's config.
 
     With ``global_every`` > 0 the layers differ (sliding or global attention, their rotary
     frequencies), so the stack calls each block with its layer index and the block hands it to
@@ -85,6 +90,8 @@ class BlockConfig:
     per_dim_scale: bool = False
     ffn_bias: bool | None = None
     lora: Lora | None = None
+    moe_every: int = 1
+    first_dense_layers: int = 0
 
     def attention_part(self, decode: bool = False, train: bool = False, **kwargs: Any
                        ) -> nn.Module:
@@ -113,6 +120,22 @@ class BlockConfig:
                  "fp8_amax_history": self.fp8_amax_history, "lora": self.lora, "train": train}
         return build_part(self.feed_forward or FeedForward, given, **kwargs)
 
+    @property
+    def alternates(self) -> bool:
+        """Whether some layers take ``FeedForward`` in place of ``feed_forward``."""
+        return self.moe_every > 1 or self.first_dense_layers > 0
+
+    def is_sparse(self, layer: int) -> bool:
+        """Whether layer ``layer`` (from 0) takes ``feed_forward``."""
+        past = layer - self.first_dense_layers
+        return past >= 0 and (past + 1) % self.moe_every == 0
+
+    def layer_config(self, layer: int) -> BlockConfig:
+        """Layer ``layer``'s settings: these, or with the dense ``FeedForward``."""
+        if not self.alternates or self.is_sparse(layer):
+            return self
+        return dataclasses.replace(self, feed_forward=None, moe_every=1, first_dense_layers=0)
+
     def norm_weights(self, model_dims: int) -> int:
         """The weights of one of the block's norms."""
         return 2 * model_dims if self.norm == "layernorm" else model_dims
@@ -133,6 +156,14 @@ def block_weights(c: BlockConfig, model_dims: int) -> int:
             + c.feed_forward_part().num_weights(model_dims))
 
 
+def block_active_weights(c: BlockConfig, model_dims: int) -> int:
+    """The weights one token multiplies in a block with settings ``c``: all of them but a
+    sparse feed-forward's unchosen experts."""
+    return (c.block_norms * c.norm_weights(model_dims)
+            + c.attention_part().num_weights(model_dims)
+            + active_weights(c.feed_forward_part(), model_dims))
+
+
 def block_train_flops_per_token(c: BlockConfig, model_dims: int, seq_len: int) -> float:
     """Training FLOPs one token costs in a block: 6 per norm weight, and its parts' own."""
     return (6.0 * c.block_norms * c.norm_weights(model_dims)
@@ -149,8 +180,10 @@ class TransformerBlock(nn.Module):
     (``post_attention_norm``, ``post_ffn_norm``) before it is added. ``layer`` is the block's
     index in the stack, which the attention needs with ``global_every`` > 0.
 
-    Returns ``(x, None)``, the (carry, output) shape that ``nn.scan`` expects, so that the same
-    class serves both the looped and the scanned stack.
+    Returns ``(x, stats)``, the (carry, output) shape that ``nn.scan`` expects, so that the
+    same class serves both the looped and the scanned stack: ``stats`` is what a sparse
+    feed-forward part reports of its routing (``layers/moe.py``; a part that returns
+    ``(output, stats)``), None for a dense one.
     """
 
     config: BlockConfig
@@ -170,7 +203,7 @@ class TransformerBlock(nn.Module):
         segment_ids: jax.Array | None,
         decode_start: jax.Array | None,
         layer: int | jax.Array | None = None,
-    ) -> tuple[jax.Array, None]:
+    ) -> tuple[jax.Array, PartStats | None]:
         c = self.config
         dropout = nn.Dropout(c.dropout_rate, deterministic=not self.train)
         per_layer = {"layer": layer} if c.global_every else {}
@@ -181,13 +214,15 @@ class TransformerBlock(nn.Module):
             h = self._norm("post_attention_norm")(h)
         if c.parallel_residual:
             ffn_in = normed if c.shared_norm else self._norm("ffn_norm")(x)
-            x = x + dropout(h) + dropout(self._ffn(ffn_in))
+            h_ffn, stats = self._ffn(ffn_in)
+            x = x + dropout(h) + dropout(h_ffn)
         else:
             x = nn.with_logical_constraint(x + dropout(h), ACTIVATION_AXES)
-            x = x + dropout(self._ffn(self._norm("ffn_norm")(x)))
-        return nn.with_logical_constraint(x, ACTIVATION_AXES), None
+            h_ffn, stats = self._ffn(self._norm("ffn_norm")(x))
+            x = x + dropout(h_ffn)
+        return nn.with_logical_constraint(x, ACTIVATION_AXES), stats
 
-    def _ffn(self, x: jax.Array) -> jax.Array:
-        """The feed-forward branch, with its post norm if any."""
-        h = self.config.feed_forward_part(self.train, name="ffn")(x)
-        return self._norm("post_ffn_norm")(h) if self.config.post_norms else h
+    def _ffn(self, x: jax.Array) -> tuple[jax.Array, PartStats | None]:
+        """The feed-forward branch, with its post norm if any, and its part's stats."""
+        h, stats = part_output(self.config.feed_forward_part(self.train, name="ffn")(x))
+        return (self._norm("post_ffn_norm")(h) if self.config.post_norms else h), stats

@@ -16,7 +16,13 @@ FLOP formulas come from the parts:
 * ``train_flops_per_token(model_dims, seq_len)``: training FLOPs (forward and backward) one
   token costs in it: 6 per weight the token multiplies (all of them for a dense part, its
   chosen experts' for a sparse one), plus any work that is not a weight's (attention's scores
-  and weighted values).
+  and weighted values);
+* ``active_weights(model_dims)``, a sparse part's only: the weights one token multiplies (a
+  part without it multiplies all of them).
+
+A sparse part returns ``(output, stats)`` instead of its output: ``stats`` a dict of arrays
+about its routing, which the block hands up the stack (``layers/moe.py`` says what
+``MoeFeedForward`` reports).
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 import flax.linen as nn
+import jax
+
+PartStats = dict[str, jax.Array]
 
 
 class Part(Protocol):
@@ -56,3 +65,16 @@ def build_part(template: Any, given: Mapping[str, Any], **kwargs: Any) -> nn.Mod
             raise ValueError(f"block part {target.__name__} has no {method}() method, which "
                              f"the parameter count and FLOP formula ask every part for")
     return part
+
+
+def part_output(result: jax.Array | tuple[jax.Array, PartStats]
+                ) -> tuple[jax.Array, PartStats | None]:
+    """A part's ``(output, stats)``: a dense part's output has no stats."""
+    return result if isinstance(result, tuple) else (result, None)
+
+
+def active_weights(part: nn.Module, model_dims: int) -> int:
+    """The weights one token multiplies in ``part``: a sparse part's ``active_weights``, all of
+    them for a dense one."""
+    count = getattr(part, "active_weights", None)
+    return count(model_dims) if callable(count) else part.num_weights(model_dims)
