@@ -4,6 +4,8 @@ stages, with and without data/mdl sharding inside the stages, on 8 fake CPU devi
 
 from __future__ import annotations
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -15,7 +17,7 @@ from jax.sharding import Mesh
 from pax_core import axes
 from pax_pipeline import Pipeline
 from pax_pipeline.schedule import stored_shape
-from pax_transformer import TransformerLm
+from pax_transformer import MoeFeedForward, TransformerLm
 
 LAYERS = 8
 MODEL = dict(vocab_size=64, num_layers=LAYERS, model_dims=32, hidden_dims=64, num_heads=4,
@@ -34,11 +36,14 @@ def _batch(seed: int = 0) -> dict[str, jax.Array]:
 
 
 def _loss_fn(model: TransformerLm):
+    """The mean cross-entropy, plus the sparse layers' mean auxiliary loss if any."""
     def loss(params, batch):
-        logits = model.apply({"params": params}, batch["ids"], segment_ids=batch["segments"],
-                             positions=batch["positions"], train=True)
+        logits, stats = model.apply({"params": params}, batch["ids"],
+                                    segment_ids=batch["segments"],
+                                    positions=batch["positions"], train=True, with_stats=True)
         logp = jax.nn.log_softmax(logits)
-        return -jnp.mean(jnp.take_along_axis(logp, batch["labels"][..., None], -1))
+        xent = -jnp.mean(jnp.take_along_axis(logp, batch["labels"][..., None], -1))
+        return xent + (jnp.mean(stats["aux_loss"]) if stats else 0.0)
 
     return loss
 
@@ -171,3 +176,40 @@ def test_a_pipelined_model_decodes_with_its_own_weights(repeat):
                           mutable=["cache"])
     np.testing.assert_allclose(prefill, full[:, :-1], atol=1e-5)
     np.testing.assert_allclose(last[:, 0], full[:, -1], atol=1e-5)
+
+
+# Mixture-of-Experts layers in the stages. The router z-loss is a mean over tokens, so a
+# pipeline's average over its equal microbatches is the whole batch's; the load-balancing loss
+# (a product of two means) is not, as with any microbatching, so it is weighed 0 here.
+MOE = functools.partial(MoeFeedForward, num_experts=4, top_k=2, load_balancing_weight=0.0,
+                        z_loss_weight=1e-2)
+
+
+@pytest.mark.parametrize("capacity_factor", [None, 1.5], ids=["dropless", "capacity"])
+@pytest.mark.parametrize("pipeline", [Pipeline(num_stages=2, num_microbatches=4),
+                                      Pipeline(num_stages=2, num_microbatches=4,
+                                               circular_repeat=2)], ids=["gpipe", "circular"])
+def test_pipeline_stages_of_moe_layers_match_the_unpipelined_stack(pipeline, capacity_factor):
+    moe = {**MODEL, "feed_forward": functools.partial(MOE, capacity_factor=capacity_factor)}
+    unpipelined = TransformerLm(**moe, scan_layers=True)
+    params = nn.meta.unbox(unpipelined.init(jax.random.PRNGKey(0), _batch()["ids"])["params"])
+    want_losses, want_grads = _train(unpipelined, params)
+    model = TransformerLm(**moe, stack=pipeline)
+    devices = np.array(jax.devices()[:8]).reshape(2, 1, 2, 2)
+    with jax.set_mesh(Mesh(devices, axes.PIPELINE_MESH)), \
+            nn.logical_axis_rules(axes.PIPELINE_RULES):
+        losses, grads = _train(model, _stored(params, pipeline))
+        _, stats = jax.jit(lambda p, b: model.apply(
+            {"params": p}, b["ids"], segment_ids=b["segments"], positions=b["positions"],
+            with_stats=True))(_stored(params, pipeline), _batch())
+    np.testing.assert_allclose(losses, want_losses, rtol=1e-5)
+    jax.tree.map(lambda g, w: np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6),
+                 _stored(grads, pipeline, back=True), want_grads)
+    # One entry per layer, in the layers' order: each layer's expert loads, averaged over the
+    # microbatches, are those of the unpipelined stack up to the microbatching.
+    _, want_stats = jax.jit(lambda p, b: unpipelined.apply(
+        {"params": p}, b["ids"], segment_ids=b["segments"], positions=b["positions"],
+        with_stats=True))(params, _batch())
+    assert stats["expert_load"].shape == (LAYERS, 4)
+    np.testing.assert_allclose(stats["expert_load"], want_stats["expert_load"], rtol=1e-5)
+    np.testing.assert_allclose(stats["router_z_loss"], want_stats["router_z_loss"], rtol=1e-5)

@@ -19,6 +19,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
+import jax.numpy as jnp
 
 from pax_core import axes
 from pax_pipeline import schedule as sched
@@ -94,7 +95,8 @@ class PipelinedStack(nn.Module):
     def __call__(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None = None,
                  decode_start: jax.Array | None = None
                  ) -> tuple[jax.Array, dict[str, jax.Array]]:
-        """The stack's ``(x, stats)``; a pipeline's layers are dense, their stats ``{}``."""
+        """The stack's ``(x, stats)``: the sparse layers' routing stats, each layer's averaged
+        over the microbatches (``{}`` for dense layers)."""
         s = self.schedule
         s.check(self.num_layers)
         layers = self.param("layers", self._init_layers, x, positions, segment_ids)
@@ -111,8 +113,12 @@ class PipelinedStack(nn.Module):
                 lambda w: jax.lax.dynamic_slice_in_dim(w, group * per_group, per_group, 0),
                 params)
             segments = aux[1] if len(aux) > 1 else None
-            return _dense(body.apply({"params": {"layers": group_params}}, h, aux[0], segments,
-                                     None, rngs={"dropout": rng} if train else None))
+            h, stats = body.apply({"params": {"layers": group_params}}, h, aux[0], segments,
+                                  None, rngs={"dropout": rng} if train else None)
+            # Each pass's layers keep their own stats: [R, layers a pass runs, ...].
+            return h, jax.tree.map(
+                lambda v: jnp.zeros((s.circular_repeat, *v.shape), v.dtype).at[group].set(v),
+                stats)
 
         rules = nn.get_logical_axis_rules()
         stage_axes = _mesh_axes(axes.STAGES)
@@ -122,12 +128,17 @@ class PipelinedStack(nn.Module):
         rng = self.make_rng("dropout") if train else jax.random.PRNGKey(0)
         with nn.logical_axis_rules(inner):
             aux = tuple(_split(a, count) for a in (positions, segment_ids) if a is not None)
-            out = sched.run(
+            out, stats = sched.run(
                 stage_fn, sched.to_stages(layers, s), _split(x, count), aux, s, rng=rng,
                 spmd_axis_name=stage_axes or None,
                 constrain_state=_constrain((axes.STAGES, *activation), rules),
                 constrain_io=_constrain(io_axes, rules if s.stream_io else inner))
-        return nn.with_logical_constraint(_join(out), activation), {}
+        # [S, R, layers a pass runs, ...] (each pass's slot filled by its share of the
+        # stage's computations) -> one entry per layer, in the layers' order: pass by pass,
+        # stage by stage.
+        stats = jax.tree.map(lambda v: (v * s.circular_repeat).swapaxes(0, 1).reshape(
+            -1, *v.shape[3:]), stats)
+        return nn.with_logical_constraint(_join(out), activation), stats
 
     def _decode(self, layers: Any, x: jax.Array, positions: jax.Array,
                 decode_start: jax.Array | None) -> jax.Array:
@@ -146,15 +157,6 @@ class PipelinedStack(nn.Module):
             cache.value = mutated["cache"]["layers"]
         return out
 
-
-def _dense(output: tuple[jax.Array, dict[str, jax.Array]]) -> jax.Array:
-    """A stage's activations; a stage of sparse layers (whose routing stats the schedule does
-    not carry) is refused."""
-    h, stats = output
-    if stats:
-        raise ValueError("pipeline stages of Mixture-of-Experts layers are not supported; run "
-                         "an MoE model without a pipeline (PARTITIONER 'spmd')")
-    return h
 
 
 def _constrain(names: tuple, rules: tuple):

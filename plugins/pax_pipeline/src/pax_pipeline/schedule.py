@@ -165,20 +165,25 @@ def stored_shape(num_layers: int, schedule: Schedule) -> tuple[int, ...]:
     return (schedule.circular_repeat, num_layers // schedule.circular_repeat)
 
 
-StageFn = Callable[[Any, jax.Array, tuple[jax.Array, ...], jax.Array, jax.Array], jax.Array]
+StageFn = Callable[[Any, jax.Array, tuple[jax.Array, ...], jax.Array, jax.Array],
+                   tuple[jax.Array, Any]]
 
 
 def run(stage_fn: StageFn, stage_params: Any, microbatches: jax.Array,
         aux: tuple[jax.Array, ...], schedule: Schedule, *, rng: jax.Array,
         spmd_axis_name: Any = None,
         constrain_state: Callable[[jax.Array], jax.Array] = lambda x: x,
-        constrain_io: Callable[[jax.Array], jax.Array] = lambda x: x) -> jax.Array:
-    """Run the pipeline over ``microbatches`` ``[M, b, ...]``; returns the outputs ``[M, b, ...]``.
+        constrain_io: Callable[[jax.Array], jax.Array] = lambda x: x) -> tuple[jax.Array, Any]:
+    """Run the pipeline over ``microbatches`` ``[M, b, ...]``; returns the outputs
+    ``[M, b, ...]`` and the stages' stats.
 
-    ``stage_fn(params, x, aux, group, rng) -> x`` computes one stage on one microbatch, with
-    that stage's weights (``stage_params``: leading ``[S, ...]``), the microbatch's ``aux``
-    arrays (``[M, b, ...]`` each, e.g. positions and segment ids, which travel with it) and
-    the pass ``group`` (0 .. R-1) it is on. Every iteration is rematerialised in the backward
+    ``stage_fn(params, x, aux, group, rng) -> (x, stats)`` computes one stage on one
+    microbatch, with that stage's weights (``stage_params``: leading ``[S, ...]``), the
+    microbatch's ``aux`` arrays (``[M, b, ...]`` each, e.g. positions and segment ids, which
+    travel with it) and the pass ``group`` (0 .. R-1) it is on; ``stats`` is a tree of float
+    arrays about that computation (a sparse layer's routing; ``{}`` for none), which come back
+    with a leading ``[S]`` axis, each stage's the mean over the microbatches and passes it
+    computed (bubble iterations left out). Every iteration is rematerialised in the backward
     pass from its saved stage inputs (Pax's default pipeline policy, ``SAVE_ITERATION_INPUT``);
     the stages keep their own remat policy inside.
     """
@@ -213,20 +218,22 @@ def run(stage_fn: StageFn, stage_params: Any, microbatches: jax.Array,
         x = checkpoint_name(constrain_state(jnp.where(per_stage(valid, x), x, 0)),
                             ITERATION_INPUT)
         rngs = jax.random.split(jax.random.fold_in(rng, t), stages)
-        out = vmapped(stage_params, x, x_aux, group, rngs, valid)
+        out, stats = vmapped(stage_params, x, x_aux, group, rngs, valid)
         out = constrain_state(jnp.where(per_stage(valid, out), out, 0))
         io = constrain_io(_write_back(io, out[-1], t - (stages - 1), items, schedule))
-        return (out, x_aux, io), None
+        return (out, x_aux, io), jax.tree.map(lambda v: jnp.where(per_stage(valid, v), v, 0),
+                                              stats)
 
     iteration = jax.checkpoint(iteration, prevent_cse=False,
                                policy=jax.checkpoint_policies.save_only_these_names(
                                    ITERATION_INPUT))
     state = constrain_state(jnp.zeros((stages, *microbatches.shape[1:]), microbatches.dtype))
     state_aux = tuple(jnp.zeros((stages, *a.shape[1:]), a.dtype) for a in aux)
-    (_, _, io), _ = jax.lax.scan(iteration, (state, state_aux, constrain_io(microbatches)),
-                                 jnp.arange(total))
+    (_, _, io), stats = jax.lax.scan(
+        iteration, (state, state_aux, constrain_io(microbatches)), jnp.arange(total))
+    stats = jax.tree.map(lambda v: jnp.sum(v, axis=0) / items, stats)  # items per stage
     # Streamed buffers rotated once per iteration; put microbatch m back at index m.
-    return jnp.roll(io, total, axis=0) if schedule.stream_io else io
+    return (jnp.roll(io, total, axis=0) if schedule.stream_io else io), stats
 
 
 def _index(x: jax.Array, i: jax.Array) -> jax.Array:
