@@ -310,20 +310,27 @@ def restore_latest(host: PluginHost, *, exp: str | None, plugin: str | None,
     """
     jd = JobDir(job_dir)
     if not jd.has_checkpoints():
-        raise UsageError(f"no checkpoint in {jd.checkpoints}; run pax train first")
+        raise UsageError(_no_checkpoint(jd))
     config_file = None
     if exp is None:
         exp, set_items, config_file = _recorded(host, jd, set_items)
     run = prepare_run(host, exp, plugin, set_items, jd, platform, distributed, config_file)
     checkpointer = run.make_checkpointer(str(jd.checkpoints), read_only=True)
     try:
-        if not checkpointer.all_steps():
-            raise UsageError(f"no complete checkpoint in {jd.checkpoints} (a save was "
-                             f"interrupted before it finished); run pax train first")
+        if not checkpointer.all_steps():  # step folders, none committed (a bucket's)
+            raise UsageError(_no_checkpoint(jd))
         state, step = restore_or_init(host, run, checkpointer, step)
     finally:
         checkpointer.close()
     return run, state, step
+
+
+def _no_checkpoint(jd: JobDir) -> str:
+    """Why a job has nothing to restore: no save, or none that finished."""
+    if jd.began_saving():
+        return (f"no complete checkpoint in {jd.checkpoints} (a save was interrupted before "
+                f"it finished); run pax train first")
+    return f"no checkpoint in {jd.checkpoints}; run pax train first"
 
 
 def evaluate(host: PluginHost, *, exp: str | None, plugin: str | None, set_items: list[str],

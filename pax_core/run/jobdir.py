@@ -100,6 +100,12 @@ class JobDir:
             return self.checkpoints.is_dir() and any(
                 path.name.isdigit() for path in self.checkpoints.iterdir())
 
+    def began_saving(self) -> bool:
+        """Whether anything was written under ``checkpoints/``, a save that never completed
+        included: what tells "no complete checkpoint" from "no checkpoint"."""
+        with self._reading():
+            return self.checkpoints.is_dir() and any(self.checkpoints.iterdir())
+
     def create(self) -> None:
         """Create the directory, or say clearly why it cannot be written."""
         if self.remote:
