@@ -122,12 +122,13 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
     ids = run.batch_spec.get("ids")
     tokens = math.prod(ids.shape) if ids is not None else None
     counted = flops.step_flops(run.task.model, run.batch_spec, compiled, num_devices)
+    params = count_params(run.abstract_state.params)
     return Plan(
         experiment=resolved.name,
         devices=num_devices,
         mesh=dict(run.partitioner.mesh.shape),
-        params=count_params(run.abstract_state.params),
-        active_params=active_params(run.task.model, count_params(run.abstract_state.params)),
+        params=params,
+        active_params=active_params(run.task.model, params),
         tokens_per_step=tokens,
         model_flops_per_token=counted.model / tokens if counted.model and tokens else None,
         model_flops_per_step=counted.model,

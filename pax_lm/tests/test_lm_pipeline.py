@@ -10,18 +10,16 @@ import sys
 from pathlib import Path
 
 import jax
-import numpy as np
 import pytest
+from job_runs import assert_same_run, train_job
 
 from pax_core import UsageError
 from pax_core.testing import (
     build_run,
     isolated_host,
     read_metrics,
-    read_params,
     resolve,
     run_pax,
-    train_losses,
 )
 
 EXP = ["--plugin", "lm", "--exp", "TinyPipelinedLmForTests", "--no-eval-on-test",
@@ -30,10 +28,7 @@ UNPIPELINED_MESH = ["--set", "NUM_STAGES=1", "--set", "ICI_MESH_SHAPE=[1,1,4,2]"
 
 
 def _train(job_dir: Path, steps: int, *extra: str) -> subprocess.CompletedProcess:
-    result = run_pax("train", *EXP, "--job-dir", str(job_dir), "--set",
-                     f"NUM_TRAIN_STEPS={steps}", *extra, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+    return train_job(EXP, job_dir, steps, *extra)
 
 
 @pytest.fixture(scope="module")
@@ -49,23 +44,13 @@ def straight(tmp_path_factory) -> Path:
     return job_dir
 
 
-def _assert_same_run(job_dir: Path, expected: Path) -> None:
-    got, want = train_losses(job_dir), train_losses(expected)
-    assert sorted(got) == sorted(want) == [1, 2, 3, 4]
-    np.testing.assert_allclose([got[s] for s in sorted(got)], [want[s] for s in sorted(want)],
-                               rtol=1e-5)
-    params, reference = read_params(job_dir), read_params(expected)
-    for path, value in reference.items():
-        np.testing.assert_allclose(params[path], value, rtol=1e-5, atol=1e-6, err_msg=path)
-
-
 def test_a_checkpoint_moves_from_a_pipelined_to_an_unpipelined_mesh(straight, tmp_path):
     job_dir = tmp_path / "job"
     _train(job_dir, 2)
     resumed = _train(job_dir, 4, *UNPIPELINED_MESH)
     assert "resuming from step 2" in resumed.stdout
     assert "pipeline_stages=1" in resumed.stdout
-    _assert_same_run(job_dir, straight)
+    assert_same_run(job_dir, straight, 4)
 
 
 def test_a_pipelined_job_decodes(straight):
@@ -83,7 +68,7 @@ def test_stages_on_two_processes_train_as_one_process(straight, tmp_path):
                              "pax", "train", *EXP, "--job-dir", str(job_dir), "--set",
                              "NUM_TRAIN_STEPS=4"], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
-    _assert_same_run(job_dir, straight)
+    assert_same_run(job_dir, straight, 4)
 
 
 @pytest.fixture(scope="module")

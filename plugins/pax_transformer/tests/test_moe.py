@@ -3,6 +3,7 @@ parallelism over 8 fake devices equal to one device."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
@@ -14,7 +15,7 @@ import optax
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec
 
-from pax_core import axes
+from pax_core import UsageError, axes
 from pax_core.testing import cpu_mesh
 from pax_transformer import (
     MoeFeedForward,
@@ -239,42 +240,48 @@ def _train(model: TransformerLm, mesh_shape: tuple[int, ...] | None) -> tuple[li
     params = nn.unbox(variables["params"])
     tx = optax.adam(1e-2)
 
-    def loss_fn(p):
+    def loss_fn(p, inputs, labels):
         logits, stats = model.apply({"params": p}, inputs, with_stats=True)
         xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
         return xent + jnp.mean(stats["aux_loss"])
 
-    def step(p, opt):
-        loss, grads = jax.value_and_grad(loss_fn)(p)
+    def step(p, opt, inputs, labels):
+        loss, grads = jax.value_and_grad(loss_fn)(p, inputs, labels)
         updates, opt = tx.update(grads, opt, p)
         return optax.apply_updates(p, updates), opt, loss, grads
 
-    opt = tx.init(params)
-    if mesh_shape is None:
-        jitted = jax.jit(step)
-        hlo = jitted.lower(params, opt).as_text()
-        losses = []
-        for _ in range(STEPS):
-            params, opt, loss, grads = jitted(params, opt)
-            losses.append(float(loss))
-        return losses, grads, hlo
-    mesh = cpu_mesh(mesh_shape, axes.EXPERT_MESH)
-    with jax.set_mesh(mesh), nn.logical_axis_rules(axes.EXPERT_RULES):
-        shardings = nn.logical_to_mesh_sharding(nn.get_partition_spec(variables)["params"],
-                                                mesh, axes.EXPERT_RULES)
-        params = jax.device_put(params, shardings)
-        batch = NamedSharding(mesh, PartitionSpec(("replica", "data", "expert")))
-        inputs, labels = jax.device_put(inputs, batch), jax.device_put(labels, batch)
+    with contextlib.ExitStack() as placed:
+        if mesh_shape is not None:
+            mesh = cpu_mesh(mesh_shape, axes.EXPERT_MESH)
+            placed.enter_context(jax.set_mesh(mesh))
+            placed.enter_context(nn.logical_axis_rules(axes.EXPERT_RULES))
+            params = jax.device_put(params, nn.logical_to_mesh_sharding(
+                nn.get_partition_spec(variables)["params"], mesh, axes.EXPERT_RULES))
+            batch = NamedSharding(mesh, PartitionSpec(("replica", "data", "expert")))
+            inputs, labels = jax.device_put(inputs, batch), jax.device_put(labels, batch)
+            wi = params["stack"]["layers"]["ffn"]["wi"]
+            assert wi.sharding.spec[1] == "expert"  # [layers, experts, ...]: split as declared
         opt = tx.init(params)
         jitted = jax.jit(step)
-        hlo = jitted.lower(params, opt).as_text()
+        hlo = jitted.lower(params, opt, inputs, labels).as_text()
         losses = []
         for _ in range(STEPS):
-            params, opt, loss, grads = jitted(params, opt)
+            params, opt, loss, grads = jitted(params, opt, inputs, labels)
             losses.append(float(loss))
-        wi = params["stack"]["layers"]["ffn"]["wi"]
-        assert wi.sharding.spec[1] == "expert"  # [layers, experts, ...]: split as declared
-        return losses, jax.device_get(grads), hlo
+    return losses, jax.device_get(grads), hlo
+
+
+def test_experts_split_over_an_axis_the_batch_is_not_split_over_is_a_usage_error():
+    """Rules of one's own that split the experts but not the batch over the expert axis: one
+    line saying what to map, before anything runs."""
+    model = _parity_model(None)
+    ids = jnp.zeros((BATCH, LENGTH), jnp.int32)
+    rules = ((axes.BATCH, (axes.REPLICA, axes.DATA)),
+             *(rule for rule in axes.EXPERT_RULES if rule[0] != axes.BATCH))
+    mesh = cpu_mesh((1, 2, 4, 1), axes.EXPERT_MESH)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules), pytest.raises(
+            UsageError, match="the batch is not; map 'batch' onto it too"):
+        jax.eval_shape(model.init, jax.random.key(0), ids)
 
 
 def _parity_model(capacity_factor: float | None) -> TransformerLm:

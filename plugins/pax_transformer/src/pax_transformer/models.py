@@ -66,7 +66,6 @@ With ``fp8=True`` the ``_overwrite_with_gradient`` collection holds, per layer a
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Any
 
@@ -556,7 +555,11 @@ def count_params(**fields: Any) -> int:
     Takes exactly TransformerLm's fields (unset ones take its defaults) and validates them the
     same way.
     """
-    m = TransformerLm(**fields)
+    return _weights(TransformerLm(**fields))
+
+
+def _weights(m: TransformerLm) -> int:
+    """``count_params`` of a built model."""
     d, vocab, bias = m.model_dims, m.vocab_size, int(m.output_bias)
     config = m.block_config()
     blocks = sum(block_weights(layer, d) for layer in _layer_configs(m))
@@ -574,9 +577,7 @@ def count_active_params(model: TransformerLm) -> int:
     d = model.model_dims
     unchosen = sum(block_weights(layer, d) - block_active_weights(layer, d)
                    for layer in _layer_configs(model))
-    fields = {f.name: getattr(model, f.name) for f in dataclasses.fields(TransformerLm)
-              if f.name not in ("parent", "name")}
-    return count_params(**fields) - unchosen
+    return _weights(model) - unchosen
 
 
 def _layer_configs(model: TransformerLm) -> list[BlockConfig]:

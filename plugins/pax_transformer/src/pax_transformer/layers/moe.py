@@ -49,7 +49,7 @@ import jax.numpy as jnp
 from flax.typing import Initializer
 from jax.sharding import PartitionSpec
 
-from pax_core import axes
+from pax_core import UsageError, axes
 from pax_transformer.layers.experts import ExpertWeights, capacity_compute, dropless_compute
 from pax_transformer.layers.feedforward import ACTIVATIONS, FeedForward
 from pax_transformer.layers.initializers import partitioned
@@ -214,13 +214,13 @@ def _on_their_devices(compute: Callable[..., jax.Array], x: jax.Array, w: Expert
     if expert_axis is None:
         return compute(x, w, *per_token)
     devices = jax.sharding.get_abstract_mesh().shape[expert_axis]
-    if w.wi.shape[0] % devices:
-        raise ValueError(f"{w.wi.shape[0]} experts do not divide over the {devices} devices of "
+    if w.wi.shape[0] % devices:  # the mesh and rules are the run's: a usage mistake
+        raise UsageError(f"{w.wi.shape[0]} experts do not divide over the {devices} devices of "
                          f"mesh axis '{expert_axis}'; use a multiple of {devices} experts")
     tokens = nn.logical_to_mesh_axes(TOKEN_AXES)
     split = tokens[0] if isinstance(tokens[0], tuple) else (tokens[0],)
     if expert_axis not in split:
-        raise ValueError(f"the experts are split over mesh axis '{expert_axis}' but the batch "
+        raise UsageError(f"the experts are split over mesh axis '{expert_axis}' but the batch "
                          f"is not; map 'batch' onto it too in LOGICAL_AXIS_RULES "
                          f"(pax_core.axes.EXPERT_RULES does)")
     specs = ExpertWeights(PartitionSpec(expert_axis, None, mlp_axis),
@@ -241,7 +241,7 @@ def _mesh_axes() -> tuple[str | None, Any]:
     expert_axis, _, mlp_axis = nn.logical_to_mesh_axes(IN_AXES)
     if isinstance(expert_axis, tuple):
         if len(expert_axis) != 1:
-            raise ValueError(f"the experts can be split over one mesh axis, not "
+            raise UsageError(f"the experts can be split over one mesh axis, not "
                              f"{list(expert_axis)}; map 'experts' onto one in the rules")
         expert_axis = expert_axis[0]
     if expert_axis is None or mesh.shape[expert_axis] == 1:
