@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import report
+from plan_validation import markdown as validation_table
 from sweep_trials import markdown as sweep_table
 
 README = report.ROOT / "README.md"
@@ -191,12 +192,18 @@ def sweep_trials(folder: Path) -> str:
     return f"{_wrapped(prose)}\n\n{sweep_table(found)}"
 
 
+def plan_validation(folder: Path) -> str:
+    found = load("plan_validation", folder)
+    return f"{validation_table(found)}\n{_wrapped(_measured(found))}"
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "pipeline_speed": pipeline_speed,
     "pipeline_grads": pipeline_grads,
     "train_speed": train_speed,
     "speed_notes": speed_notes,
     "sweep_trials": sweep_trials,
+    "plan_validation": plan_validation,
 }
 
 

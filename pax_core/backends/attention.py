@@ -13,6 +13,9 @@ import jax
 from pax_core.backends.base import Backend
 
 _running: Backend = Backend()
+# The name every operation of the attention carries in a compiled program, so that ``pax plan
+# --target`` can cost it as the one fused kernel a GPU's backend runs (``pax_core.speed.hlo``).
+SCOPE = "dot_product_attention"
 
 
 def use_backend(backend: Backend) -> None:
@@ -32,5 +35,6 @@ def dot_product_attention(query: jax.Array, key: jax.Array, value: jax.Array, *,
     and ``segment_ids`` ([B, T]: a key visible only within its query's segment) say how it was
     made, so that a fused kernel can build it itself instead of reading it.
     """
-    return _running.attention(query, key, value, mask=mask, is_causal=is_causal,
-                              segment_ids=segment_ids)
+    with jax.named_scope(SCOPE):
+        return _running.attention(query, key, value, mask=mask, is_causal=is_causal,
+                                  segment_ids=segment_ids)

@@ -392,28 +392,69 @@ def plan_command(
     exp: ExpOpt,
     plugin: PluginOpt = None,
     set_items: SetOpt = None,
-    hbm_gib: Annotated[float, typer.Option(
-        "--hbm-gib", metavar="GIB",
-        help="Memory of one device (above 0), to say whether it fits.")] = 32.0,
+    hbm_gib: Annotated[float | None, typer.Option(
+        "--hbm-gib", metavar="GIB", show_default=False,
+        help="Memory of one device (above 0), to say whether it fits [default: the target "
+        "chip's, else 32].")] = None,
     devices: Annotated[int, typer.Option(
         "--devices", metavar="N",
         help="Devices (1 or more) for an experiment that declares no mesh (Pax's "
         "data-parallel path).")] = 8,
+    target: Annotated[str | None, typer.Option(
+        "--target", metavar="TARGET", show_default=False,
+        help="Hardware to predict the step on: a chip and its count, as v5p-256, v6e-64, "
+        "h100-64 (v4 and v5p count TensorCores, the others chips or GPUs).")] = None,
+    slices: Annotated[int, typer.Option(
+        "--slices", metavar="N", help="TPU slices of the --target, joined by DCN.")] = 1,
+    hardware: Annotated[list[str] | None, typer.Option(
+        "--hardware", metavar="FILE", show_default=False,
+        help="A chip's TOML file (or a folder of them) to add to the catalogue; "
+        "repeatable.")] = None,
+    search: Annotated[bool, typer.Option(
+        "--search", help="Rank the meshes that fill the --target by predicted step time.")]
+    = False,
+    vary: Annotated[list[str] | None, typer.Option(
+        "--vary", metavar="NAME=A,B", show_default=False,
+        help="With --search, also try each value of a constant (e.g. "
+        "CHECKPOINT_POLICY=SAVE_NOTHING,SAVE_DOT_ONLY); repeatable.")] = None,
+    search_limit: Annotated[int, typer.Option(
+        "--search-limit", metavar="N", min=1,
+        help="With --search, the most candidates to compile (each takes seconds).")] = 64,
     fmt: FormatOpt = None,
     as_json: JsonAliasOpt = False,
 ) -> None:
-    """Compile a (full-size) experiment on fake CPU devices of its mesh, without allocating it:
-    parameters, FLOPs and per-device memory."""
+    """Compile an experiment on fake CPU devices of its mesh: parameters, FLOPs, memory per
+    device; with --target, its predicted step time and MFU on that hardware."""
     from pax_core.cli import listing
     from pax_core.commands import plan as planning
+    from pax_core.speed.hardware import parse_target
 
-    planning.check_sizes(devices, hbm_gib)
+    planning.check_sizes(devices, 32.0 if hbm_gib is None else hbm_gib)
     chosen = listing.output_format(fmt, as_json)
+    if search and target is None:
+        raise UsageError("--search ranks meshes for a --target; add --target, e.g. v5p-256")
+    if (vary or search_limit != 64) and not search:
+        raise UsageError("--vary and --search-limit go with --search; add --search")
+    hw = parse_target(target, slices, hardware or []) if target else None
+    if hw is None and (slices != 1 or hardware):
+        raise UsageError("--slices and --hardware describe a --target; add --target, "
+                         "e.g. v5p-256")
     host = _host(ctx)
+    if search:
+        from pax_core.commands import plan_search
+
+        candidates = plan_search.choices(host, exp=exp, plugin=plugin,
+                                         set_items=set_items or [], target=hw,
+                                         vary=vary or [], limit=search_limit)
+        planning.use_fake_devices(hw.chips)
+        found = plan_search.search(host, exp=exp, plugin=plugin, set_items=set_items or [],
+                                   target=hw, candidates=candidates, hbm_gib=hbm_gib)
+        listing.show_search(found, chosen)
+        return
     planning.use_fake_devices(planning.devices_needed(host, exp, plugin, set_items or [],
-                                                      devices))
+                                                      devices, hw))
     result = planning.plan(host, exp=exp, plugin=plugin, set_items=set_items or [],
-                           hbm_gib=hbm_gib)
+                           hbm_gib=hbm_gib, target=hw)
     listing.show_plan(result, chosen)
 
 

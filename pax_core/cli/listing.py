@@ -189,5 +189,58 @@ def show_plan(result, fmt: str) -> None:
           for name, value in result.placement.items()),
         *(("preset", line) for line in result.presets),
     ]
+    rows += _prediction_rows(result.prediction)
     print_rows(f"pax plan: {result.experiment}", ("what", "value"), rows, fmt,
                show_header=fmt == "tsv", right=(1,))
+    if result.prediction is not None:
+        print_rows(f"largest costs on {result.prediction.target} (per step)",
+                   ("cost", "where", "runs", "time", "share"),
+                   [(c["what"], c["where"], str(c["executions"]), _duration(c["seconds"]),
+                     f"{c['share']:.0%}") for c in result.prediction.top_costs], fmt,
+                   right=(2, 3, 4))
+
+
+def _duration(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:,.2f} s"
+    return f"{seconds * 1e3:.3g} ms" if seconds >= 1e-3 else f"{seconds * 1e6:.3g} µs"
+
+
+def _prediction_rows(prediction) -> list[tuple[str, str]]:
+    if prediction is None:
+        return []
+    return [
+        (f"predicted on {prediction.target}: step time", _duration(prediction.step_seconds)),
+        ("predicted tokens/s per chip", "-" if prediction.tokens_per_sec_per_chip is None
+         else f"{prediction.tokens_per_sec_per_chip:,.0f}"),
+        ("predicted MFU", "-" if prediction.mfu is None else f"{prediction.mfu:.1%}"),
+        ("bottleneck", prediction.bottleneck),
+        ("computation (roofline)", _duration(prediction.compute_seconds)),
+        ("collectives (in all / not overlapped)",
+         f"{_duration(prediction.collective_seconds)} / "
+         f"{_duration(prediction.exposed_collective_seconds)}"),
+        (f"fits {prediction.hbm_gib:g} GiB per chip", prediction.fits if prediction.fits != "unsure"
+         else "unsure (the temporaries compiled for the CPU are an upper bound)"),
+        ("overlap assumed", prediction.overlap),
+    ]
+
+
+def show_search(found, fmt: str) -> None:
+    """``pax plan --search``: the candidates that fit, fastest first, with their commands."""
+    if fmt == "json":
+        _print_json(found.as_json())
+        return
+    rows = [(str(i + 1), c.mesh_text, c.varied or "-", _duration(c.prediction.step_seconds),
+             f"{c.prediction.tokens_per_sec_per_chip or 0:,.0f}",
+             "-" if c.prediction.mfu is None else f"{c.prediction.mfu:.1%}",
+             f"{c.total_gib:.1f}", c.prediction.fits, c.prediction.bottleneck)
+            for i, c in enumerate(found.ranked[:found.show])]
+    print_rows(f"pax plan --search: {found.experiment} on {found.target} "
+               f"({len(found.ranked)} of {found.tried} candidates fit)",
+               ("rank", "mesh", "varied", "step", "tokens/s/chip", "MFU", "GiB/chip", "fits",
+                "bottleneck"), rows, fmt, right=(0, 3, 4, 5, 6))
+    if fmt == "table":
+        for i, c in enumerate(found.ranked[:found.show]):
+            print(f"{i + 1}: {c.command}")
+        for reason, count in found.dropped.items():
+            print(f"dropped {count}: {reason}")

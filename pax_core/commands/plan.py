@@ -8,6 +8,10 @@ generation, so the plan is the same a third sooner. The report puts the model's 
 FLOPs next to the compiled program's (``pax_core.speed.flops``), and the per-device memory of
 parameters, optimizer state and temporaries (from the compiled program) next to a device's
 memory.
+
+With a ``--target`` (``v5p-256``, ``h100-64``; ``pax_core.speed.hardware``), the compiled
+program is also read for its costs on that hardware (``pax_core.speed.predict``): the predicted
+step time, tokens per second per chip, MFU, what bounds the step and its largest costs.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from pax_core.run.build import build_run
 from pax_core.run.runtime import layout_presets
 from pax_core.run.state import count_params
 from pax_core.speed import flops
+from pax_core.speed.hardware import Target
+from pax_core.speed.predict import Prediction, predict
 
 GIB = 1024**3
 # XLA's options for a program that is analysed, never run: LLVM's optimisation of the CPU's
@@ -55,6 +61,7 @@ class Plan:
     hbm_gib: float
     placement: dict[str, Any] = dataclasses.field(default_factory=dict)
     presets: list[str] = dataclasses.field(default_factory=list)
+    prediction: Prediction | None = None
 
     @property
     def fits(self) -> bool:
@@ -77,14 +84,47 @@ def _check_hbm(hbm_gib: float) -> None:
         raise UsageError(f"--hbm-gib must be a finite number above 0, got {hbm_gib}")
 
 
-def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
-                   default: int) -> int:
-    """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
-    data-parallel path uses every device), read from its constants before JAX starts."""
+def experiment_class(host: PluginHost, exp: str, plugin: str | None,
+                     set_items: list[str]) -> type:
+    """The experiment's class with the constants of ``set_items`` applied (no JAX needed)."""
     _, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
     parsed = overrides.parse(set_items)
-    cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
-    return cls.mesh_size() or default
+    return overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+
+
+def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
+                   default: int, target: Target | None = None) -> int:
+    """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
+    data-parallel path uses every device), read from its constants before JAX starts; with a
+    ``target``, the mesh must fill its chips and its DCN part span its slices."""
+    cls = experiment_class(host, exp, plugin, set_items)
+    size = cls.mesh_size()
+    if target is None:
+        return size or default
+    check_fits_target(cls, target)
+    return size or target.chips
+
+
+def check_fits_target(cls: type, target: Target) -> None:
+    """One line for a mesh the target cannot hold: another device count, or a DCN part that
+    does not match its slices."""
+    size = cls.mesh_size()
+    ici, dcn = cls.ICI_MESH_SHAPE, cls.DCN_MESH_SHAPE or [1] * len(cls.ICI_MESH_SHAPE or [])
+    where = f"ICI_MESH_SHAPE {list(ici)} x DCN_MESH_SHAPE {list(dcn)}" if ici else "no mesh"
+    if size and size != target.chips:
+        raise UsageError(
+            f"{cls.__name__}'s mesh ({where}) has {size} devices and {target.name}"
+            f"{f' x {target.slices} slices' if target.slices > 1 else ''} has {target.chips} "
+            f"chips; choose a target of {size} chips or --set ICI_MESH_SHAPE / DCN_MESH_SHAPE "
+            f"to fill {target.chips}")
+    if target.slices > 1 and not ici:
+        raise UsageError(f"{target.name} x {target.slices} slices needs a mesh whose "
+                         f"DCN_MESH_SHAPE spans them and {cls.__name__} declares none; --set "
+                         f"ICI_MESH_SHAPE=... and DCN_MESH_SHAPE=...")
+    if target.slices > 1 and math.prod(dcn) != target.slices:
+        raise UsageError(
+            f"{target.name} x {target.slices} slices needs a DCN_MESH_SHAPE over "
+            f"{target.slices} slices and {cls.__name__} has {list(dcn)}; --set DCN_MESH_SHAPE=...")
 
 
 def use_fake_devices(count: int) -> None:
@@ -102,12 +142,14 @@ def _gib_per_device(abstract: Any) -> float:
 
 
 def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str],
-         hbm_gib: float = 32.0) -> Plan:
+         hbm_gib: float | None = None, target: Target | None = None) -> Plan:
     """Build and compile ``exp`` over the devices its mesh declares (all devices when it
-    declares none) and report its needs."""
+    declares none) and report its needs; with a ``target``, predict its step there. The
+    memory to fit is ``hbm_gib``, else the target chip's, else 32 GiB."""
+    hbm_gib = hbm_gib if hbm_gib is not None else target.chip.hbm_gib if target else 32.0
     _check_hbm(hbm_gib)
     devices = jax.devices()
-    num_devices = devices_needed(host, exp, plugin, set_items, len(devices))
+    num_devices = devices_needed(host, exp, plugin, set_items, len(devices), target)
     if len(devices) < num_devices:
         raise UsageError(f"planning needs {num_devices} devices and JAX has {len(devices)}; "
                          f"run pax plan in a fresh process")
@@ -123,6 +165,15 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
     tokens = math.prod(ids.shape) if ids is not None else None
     counted = flops.step_flops(run.task.model, run.batch_spec, compiled, num_devices)
     params = count_params(run.abstract_state.params)
+    total_gib = params_gib + opt_gib + temp_gib
+    mesh = run.partitioner.mesh
+    prediction = None
+    if target is not None:
+        ici, dcn = _mesh_parts(resolved.experiment, dict(mesh.shape))
+        prediction = predict(compiled.as_text(), target, mesh_shape=tuple(mesh.devices.shape),
+                             ici=ici, dcn=dcn, axis_names=tuple(mesh.axis_names),
+                             model_flops=counted.model, tokens=tokens,
+                             state_gib=params_gib + opt_gib, total_gib=total_gib)
     return Plan(
         experiment=resolved.name,
         devices=num_devices,
@@ -137,11 +188,21 @@ def plan(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[str]
         params_gib=params_gib,
         opt_state_gib=opt_gib,
         temporaries_gib=temp_gib,
-        total_gib=params_gib + opt_gib + temp_gib,
+        total_gib=total_gib,
         hbm_gib=hbm_gib,
         placement=run.partitioner.describe(run.train_input.batch_size),
         presets=_layout_presets(host, resolved.experiment),
+        prediction=prediction,
     )
+
+
+def _mesh_parts(experiment: Any, shape: dict[str, int]) -> tuple[tuple[int, ...], ...]:
+    """The ICI and DCN parts of each mesh axis (a mesh not declared is all one slice)."""
+    ici = getattr(experiment, "ICI_MESH_SHAPE", None)
+    if not ici or len(ici) != len(shape):
+        return tuple(shape.values()), (1,) * len(shape)
+    dcn = experiment.DCN_MESH_SHAPE or [1] * len(ici)
+    return tuple(ici), tuple(dcn)
 
 
 def active_params(model: Any, params: int) -> int:

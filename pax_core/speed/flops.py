@@ -19,22 +19,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import re
 from typing import Any
 
 import jax
 
-_COMPUTATION = re.compile(r"^(?:ENTRY )?%?([\w.\-]+) \((.*)\) -> .* \{$")
-_PARAM = re.compile(r"([\w.\-]+): ([a-z0-9]+\[[\d,]*\])")
-_INSTRUCTION = re.compile(r"^\s*(?:ROOT )?%?([\w.\-]+) = (.*)$")
-_OPCODE = re.compile(r"(?:^|[\s}])([a-z][\w\-]*)\((?=%|\))")
-_SHAPE = re.compile(r"[a-z0-9]+\[([\d,]*)\]")
-_OPERANDS = re.compile(r"%([\w.\-]+)")
-_CALLED = re.compile(r"(?:calls|to_apply|body|branch_computations)=\{?%([\w.\-]+)")
-_BODY = re.compile(r"body=%([\w.\-]+)")
-_TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
-_LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
-_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+from pax_core.speed import hlo
+
 # Opcodes XLA's cost analysis counts as one FLOP per output element (transcendental functions
 # it counts apart, as "transcendentals").
 _ELEMENTWISE = frozenset({
@@ -53,88 +43,22 @@ class StepFlops:
     hardware: float | None
 
 
-def _dims(shape: str) -> list[int]:
-    match = _SHAPE.match(shape)
-    return [int(d) for d in match.group(1).split(",") if d] if match else []
-
-
-def _operands(rest: str) -> list[str]:
-    """Operand names of an instruction, from the text after its opcode's parenthesis."""
-    return _OPERANDS.findall(rest.split(")", 1)[0])
-
-
-@dataclasses.dataclass
-class _Computation:
-    flops: float = 0.0  # of this computation's own instructions, callees not included
-    calls: list[str] = dataclasses.field(default_factory=list)
-    loops: list[tuple[str, int]] = dataclasses.field(default_factory=list)
-
-
-def _product_flops(op: str, out_shape: str, rest: str, shapes: dict[str, list[int]]) -> float:
-    """2 x output elements x contracted size, for a ``dot`` or a ``convolution``."""
-    out = math.prod(_dims(out_shape))
-    operands = _operands(rest)
-    if op == "dot":
-        contracting = _LHS_CONTRACTING.search(rest)
-        lhs = shapes.get(operands[0]) if operands else None
-        if contracting is None or lhs is None:
-            return 0.0
-        size = math.prod(lhs[int(d)] for d in contracting.group(1).split(",") if d)
-        return 2.0 * out * size
-    window = _WINDOW_SIZE.search(rest)
-    kernel = shapes.get(operands[1]) if len(operands) > 1 else None
-    if kernel is None:
-        return 0.0
-    spatial = math.prod(int(s) for s in window.group(1).split("x")) if window else 1
-    # The kernel holds spatial x input features x output features; the output features are in
-    # ``out`` already.
-    in_features = math.prod(kernel) // max(spatial, 1) // max(kernel[-1], 1)
-    return 2.0 * out * spatial * in_features
-
-
-def _parse(hlo_text: str) -> tuple[dict[str, _Computation], str | None]:
-    computations: dict[str, _Computation] = {}
-    entry = None
-    current: _Computation | None = None
-    shapes: dict[str, list[int]] = {}
-    for line in hlo_text.splitlines():
-        if header := _COMPUTATION.match(line):
-            current = computations.setdefault(header.group(1), _Computation())
-            shapes = {name: _dims(shape) for name, shape in _PARAM.findall(header.group(2))}
-            if line.startswith("ENTRY"):
-                entry = header.group(1)
-            continue
-        if current is None:
-            continue
-        instruction = _INSTRUCTION.match(line)
-        if not instruction:
-            continue
-        name, rhs = instruction.groups()
-        shape = _SHAPE.match(rhs)
-        shape = shape.group(0) if shape else ""
-        shapes[name] = _dims(shape)
-        opcode = _OPCODE.search(rhs)
-        if not opcode:
-            continue
-        op, rest = opcode.group(1), rhs[opcode.end():]
-        if op in ("dot", "convolution"):
-            current.flops += _product_flops(op, shape, rest, shapes)
-        elif op in _ELEMENTWISE:
-            current.flops += math.prod(_dims(shape))
-        elif op == "reduce" and (operands := _operands(rest)) and operands[0] in shapes:
-            current.flops += math.prod(shapes[operands[0]])
-        if op == "while":
-            body, trips = _BODY.search(rest), _TRIP_COUNT.search(rest)
-            if body and trips:
-                current.loops.append((body.group(1), int(trips.group(1))))
-                continue
-        current.calls.extend(_CALLED.findall(rest))
-    return computations, entry
+def _own_flops(module: hlo.Module, comp: hlo.Computation) -> float:
+    """FLOPs of a computation's own instructions as XLA counts them (callees not included)."""
+    total = 0.0
+    for instruction in comp.instructions.values():
+        if instruction.opcode in ("dot", "convolution"):
+            total += hlo.product_flops(module, comp, instruction)
+        elif instruction.opcode in _ELEMENTWISE:
+            total += math.prod(hlo.shape_dims(instruction.shape))
+        elif instruction.opcode == "reduce" and instruction.operands:
+            total += math.prod(hlo.shape_dims(module.shape_of(comp, instruction.operands[0])))
+    return total
 
 
 def loop_correction(hlo_text: str) -> float:
     """The FLOPs of loop iterations after the first, which XLA's analysis leaves out."""
-    computations, entry = _parse(hlo_text)
+    module = hlo.parse(hlo_text)
     totals: dict[str, tuple[float, float]] = {}
 
     def walk(name: str) -> tuple[float, float]:
@@ -142,21 +66,24 @@ def loop_correction(hlo_text: str) -> float:
         if name in totals:
             return totals[name]
         totals[name] = (0.0, 0.0)  # guards against a malformed, recursive module
-        comp = computations.get(name)
+        comp = module.computations.get(name)
         if comp is None:
             return totals[name]
-        flops, missed = comp.flops, 0.0
-        for callee in comp.calls:
-            f, m = walk(callee)
-            flops, missed = flops + f, missed + m
-        for body, trips in comp.loops:
-            f, m = walk(body)
-            flops += trips * f
-            missed += (trips - 1) * f + m  # XLA counted one iteration, m short
+        flops, missed = _own_flops(module, comp), 0.0
+        for instruction in comp.instructions.values():
+            loop = hlo.loop_of(module, instruction)
+            if loop is not None:
+                f, m = walk(loop[0])
+                flops += loop[1] * f
+                missed += (loop[1] - 1) * f + m  # XLA counted one iteration, m short
+                continue
+            for callee in instruction.called():
+                f, m = walk(callee)
+                flops, missed = flops + f, missed + m
         totals[name] = (flops, missed)
         return totals[name]
 
-    return walk(entry)[1] if entry else 0.0
+    return walk(module.entry)[1] if module.entry else 0.0
 
 
 def _cost_analysis_flops(compiled: Any) -> float | None:

@@ -1,6 +1,7 @@
 """Peak FLOP/s per device: the denominator of MFU and HFU.
 
-Accelerators use the vendor's dense bfloat16 figure for their device kind. A CPU has no such
+Accelerators use the vendor's dense bfloat16 figure for their device kind, from the hardware
+catalogue (``pax_core.speed.hardware``, where each number cites its source). A CPU has no such
 figure, so its peak is measured: the best rate of a jitted float32 matrix product, taken once
 per machine and cached under the user's cache directory. ``--peak-tflops`` overrides both.
 """
@@ -18,22 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from pax_core.files import cache_dir
-
-# Dense bfloat16 TFLOP/s per chip, matched against ``device.device_kind`` in this order (the
-# first substring found wins, so the more specific names come first).
-PEAK_TFLOPS: tuple[tuple[str, float], ...] = (
-    ("tpu v4", 275.0),
-    ("tpu v5 lite", 197.0),
-    ("tpu v5e", 197.0),
-    ("tpu v5p", 459.0),
-    ("tpu v5", 459.0),
-    ("tpu v6 lite", 918.0),
-    ("tpu v6e", 918.0),
-    ("a100", 312.0),
-    ("h100 pcie", 756.0),
-    ("h100", 989.0),
-    ("h200", 989.0),
-)
+from pax_core.speed.hardware import chip_for_device_kind
 
 MATMUL_SIZE = 1024
 
@@ -51,9 +37,10 @@ class Peak:
 
 
 def table_peak(device_kind: str) -> float | None:
-    """TFLOP/s from the table for a device kind, or None for a kind it does not know."""
-    kind = device_kind.lower()
-    return next((tflops for name, tflops in PEAK_TFLOPS if name in kind), None)
+    """Dense bf16 TFLOP/s of the catalogue's chip for a device kind, or None for a kind it does
+    not know (the catalogue is the one home of these numbers, with their sources)."""
+    chip = chip_for_device_kind(device_kind)
+    return chip.peak_tflops["bf16"] if chip else None
 
 
 def matmul_flops_per_sec(dtype: Any = jnp.float32, size: int = MATMUL_SIZE,
@@ -129,4 +116,4 @@ def device_peak(devices: list[Any], override_tflops: float | None = None) -> Pea
         return Peak(measured_cpu_peak() / local,
                     f"measured float32 matmul, host shared by {local} device(s)")
     tflops = table_peak(kind)
-    return Peak(tflops * 1e12, f"{kind}, dense bf16 table") if tflops else None
+    return Peak(tflops * 1e12, f"{kind}, dense bf16 catalogue") if tflops else None
