@@ -49,9 +49,9 @@ _FREE = frozenset({
     "conditional", "after-all", "partition-id", "replica-id", "opt-barrier", "copy-start",
     "copy-done", "add-dependency", "domain",
 })
-# Operations that only change a value's type or layout name, followed through when deciding
-# whether an all-reduce's results are sliced.
-_PASS_THROUGH = frozenset({"convert", "bitcast", "copy", "get-tuple-element", "reshape"})
+# Operations that only change a value's type or layout: followed through when deciding whether
+# an all-reduce's results are sliced and what a fusion slices or updates.
+_RETYPE = frozenset({"convert", "bitcast", "copy", "reshape"})
 
 
 def item_bytes(dtype: str) -> float:
@@ -287,10 +287,10 @@ def _fused_flops(module: Module, name: str) -> float:
 
 
 def _only_converts(module: Module, name: str) -> bool:
+    """Whether a fused computation only changes its parameters' types or layouts."""
     comp = module.computations.get(name)
-    return comp is not None and all(
-        i.opcode in ("parameter", "convert", "bitcast", "copy", "reshape", "tuple")
-        for i in comp.instructions.values())
+    return comp is not None and all(i.opcode in _RETYPE | {"parameter", "tuple"}
+                                    for i in comp.instructions.values())
 
 
 def _param_sliced(module: Module, fused: str, index: int) -> bool:
@@ -307,13 +307,15 @@ def _param_sliced(module: Module, fused: str, index: int) -> bool:
 
 def _sliced(comp: Computation, users: dict[str, list[Instruction]], name: str,
             module: Module) -> bool:
+    """Whether every use of ``name`` (through retyping, tuple elements and fusions) is the
+    sliced operand of a ``dynamic-slice``: each device keeps a slice of it."""
     following = users.get(name, [])
     if not following:
         return False
     for user in following:
         if user.opcode == "dynamic-slice" and user.operands[0] == name:
             continue
-        if user.opcode in _PASS_THROUGH:
+        if user.opcode in _RETYPE | {"get-tuple-element"}:
             if not _sliced(comp, users, user.name, module):
                 return False
             continue
@@ -337,9 +339,6 @@ def collective_payload(module: Module, comp: Computation, instruction: Instructi
     if kind == "all-gather":
         return shape_bytes(instruction.shape)
     return sum(shape_bytes(module.shape_of(comp, o)) for o in instruction.operands)
-
-
-_RETYPE = frozenset({"convert", "bitcast", "copy", "reshape"})
 
 
 def _source(comp: Computation, name: str) -> str:
