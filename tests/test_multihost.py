@@ -226,12 +226,12 @@ def test_launch_drops_gloo_messages_and_their_fragments_only():
     import io
     import threading
 
-    from pax_core.commands import launch
+    from pax_core.launchers.supervise import Child, _forward
 
     written = (b"before\n[Gloo] Rank 1 is connected to 1 peer ranks. Expected number of connected "
                b"peer ranks is : \n1\n\nafter\n\n7\n")
     out = io.StringIO()
-    launch._forward(io.BytesIO(written), out, 1, threading.Lock())
+    _forward(io.BytesIO(written), out, Child("p1", "process 1", [], {}), threading.Lock())
     assert out.getvalue().splitlines() == ["[p1] before", "[p1] after", "[p1] ", "[p1] 7"]
 
 

@@ -479,34 +479,150 @@ def plot_command(
 
 
 def launch_command(
-    processes: Annotated[str, typer.Option(
-        "--processes", "-n", metavar="N", help="How many processes to start.")],
     command: Annotated[list[str] | None, typer.Argument(
         metavar="COMMAND", help="After --, what every process runs: pax train ...",
         show_default=False)] = None,
+    processes: Annotated[str | None, typer.Option(
+        "--processes", "-n", metavar="N", show_default=False,
+        help="On this machine: how many processes to start.")] = None,
     cpu_devices: Annotated[str | None, typer.Option(
         "--cpu-devices", metavar="M",
-        help="Run on the CPU with M devices per process (JAX_PLATFORMS=cpu and XLA's "
-        "host device count).")] = None,
+        help="With --processes: run on the CPU with M devices per process (JAX_PLATFORMS=cpu "
+        "and XLA's host device count).")] = None,
     bind: Annotated[str, typer.Option(
         "--bind", metavar="HOST",
-        help="Where process 0's coordinator listens: 127.0.0.1 (only this machine reaches "
-        "it), or another address of this machine; 0.0.0.0 or :: for every interface.")
-    ] = "127.0.0.1",
+        help="With --processes: where process 0's coordinator listens: 127.0.0.1 (only this "
+        "machine reaches it), or another address of this machine; 0.0.0.0 or :: for every "
+        "interface.")] = "127.0.0.1",
+    tpu: Annotated[str | None, typer.Option(
+        "--tpu", metavar="NAME", show_default=False,
+        help="On a Cloud TPU through gcloud: the TPU's name (NAME-0 ... with --slices).")]
+    = None,
+    zone: Annotated[str | None, typer.Option(
+        "--zone", metavar="ZONE", show_default=False, help="With --tpu: its zone.")] = None,
+    project: Annotated[str | None, typer.Option(
+        "--project", metavar="PROJECT", show_default=False,
+        help="With --tpu: its Google Cloud project (default: gcloud's).")] = None,
+    slices: Annotated[int, typer.Option(
+        "--slices", metavar="N", min=1, help="With --tpu or --k8s: TPU slices.")] = 1,
+    create: Annotated[str | None, typer.Option(
+        "--create", metavar="ACCELERATOR", show_default=False,
+        help="With --tpu: queue the slices first, of this accelerator type (e.g. v4-128).")]
+    = None,
+    runtime: Annotated[str | None, typer.Option(
+        "--runtime", metavar="VERSION", show_default=False,
+        help="With --create: the TPU software version.")] = None,
+    install: Annotated[str | None, typer.Option(
+        "--install", metavar="REQUIREMENT", show_default=False,
+        help="With --tpu: pip install this on every worker first (default: check that each "
+        "runs this machine's Pax).")] = None,
+    slurm: Annotated[bool, typer.Option(
+        "--slurm", help="As a SLURM job: an sbatch script, submitted and followed.")] = False,
+    partition: Annotated[str | None, typer.Option(
+        "--partition", metavar="P", show_default=False, help="With --slurm: its partition.")]
+    = None,
+    nodes: Annotated[int, typer.Option(
+        "--nodes", metavar="N", min=1, help="With --slurm or --k8s: nodes (pods).")] = 1,
+    gpus_per_node: Annotated[int | None, typer.Option(
+        "--gpus-per-node", metavar="G", min=1, show_default=False,
+        help="With --slurm or --k8s: GPUs each node gets.")] = None,
+    tasks_per_node: Annotated[int | None, typer.Option(
+        "--tasks-per-node", metavar="T", min=1, show_default=False,
+        help="With --slurm: processes a node (default: one a GPU, else one).")] = None,
+    time_limit: Annotated[str | None, typer.Option(
+        "--time", metavar="LIMIT", show_default=False,
+        help="With --slurm: the job's time limit, in SLURM's format.")] = None,
+    account: Annotated[str | None, typer.Option(
+        "--account", metavar="ACCOUNT", show_default=False,
+        help="With --slurm: the account to charge.")] = None,
+    sbatch_args: Annotated[list[str] | None, typer.Option(
+        "--sbatch-arg", metavar="ARG", show_default=False,
+        help="With --slurm: another #SBATCH line, e.g. --qos=high; repeatable.")] = None,
+    k8s: Annotated[bool, typer.Option(
+        "--k8s", help="As a Kubernetes JobSet, applied with kubectl and followed.")] = False,
+    image: Annotated[str | None, typer.Option(
+        "--image", metavar="IMAGE", show_default=False,
+        help="With --k8s: the container image with Pax (docker/README.md).")] = None,
+    accelerator: Annotated[str | None, typer.Option(
+        "--accelerator", metavar="TYPE", show_default=False,
+        help="With --k8s: the node pool's accelerator, GKE's label (tpu-v5p-slice, "
+        "nvidia-h100-80gb); none: CPU pods.")] = None,
+    topology: Annotated[str | None, typer.Option(
+        "--topology", metavar="SHAPE", show_default=False,
+        help="With --k8s on TPUs: a slice's topology, e.g. 2x2x2.")] = None,
+    namespace: Annotated[str, typer.Option(
+        "--namespace", metavar="NS", help="With --k8s: the namespace.")] = "default",
+    name: Annotated[str, typer.Option(
+        "--name", metavar="NAME", help="With --k8s: the JobSet's name; with --slurm: the "
+        "job's.")] = "pax",
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="With --tpu, --slurm or --k8s: print what it would run (commands, "
+        "script or manifests), run nothing.")] = False,
 ) -> None:
-    """Run one command as N processes of a multi-process run on this machine.
+    """Run one command as the processes of a multi-process run: on this machine, on Cloud TPU
+    slices, as a SLURM job or as a Kubernetes JobSet.
 
-    For development and tests: each process gets the coordinator address (127.0.0.1 and a free
-    port, where process 0's coordinator listens; --bind to listen elsewhere), the process count
-    and its index, and its output is prefixed with [p<i>]. When one fails, the others are
-    stopped; the exit code is the first failure's.
+    On this machine (--processes N), for development and tests: each process gets the
+    coordinator address (127.0.0.1 and a free port, where process 0's coordinator listens;
+    --bind to listen elsewhere), the process count and its index, and its output is prefixed
+    with [p<i>]. When one fails, the others are stopped; the exit code is the first failure's.
+    The cluster launchers are in the guide "Running on clusters".
     """
-    from pax_core.commands import launch
-    from pax_core.parallel.processes import parse_count
+    modes = [flag for flag, on in (("--processes", processes is not None),
+                                   ("--tpu", tpu is not None), ("--slurm", slurm),
+                                   ("--k8s", k8s)) if on]
+    if len(modes) != 1:
+        raise UsageError("pax launch runs on this machine (--processes N), Cloud TPU (--tpu "
+                         "NAME), SLURM (--slurm) or Kubernetes (--k8s): give "
+                         f"{'one' if not modes else 'one of ' + ', '.join(modes)}")
+    belongs = {"--cpu-devices": ("--processes", cpu_devices is not None),
+               "--bind": ("--processes", bind != "127.0.0.1"),
+               "--zone": ("--tpu", zone is not None), "--project": ("--tpu", project is not None),
+               "--create": ("--tpu", create is not None),
+               "--runtime": ("--tpu", runtime is not None),
+               "--install": ("--tpu", install is not None),
+               "--partition": ("--slurm", partition is not None),
+               "--tasks-per-node": ("--slurm", tasks_per_node is not None),
+               "--time": ("--slurm", time_limit is not None),
+               "--account": ("--slurm", account is not None),
+               "--sbatch-arg": ("--slurm", bool(sbatch_args)),
+               "--image": ("--k8s", image is not None),
+               "--accelerator": ("--k8s", accelerator is not None),
+               "--topology": ("--k8s", topology is not None),
+               "--namespace": ("--k8s", namespace != "default"),
+               "--slices": ("--tpu --k8s", slices != 1),
+               "--nodes": ("--slurm --k8s", nodes != 1),
+               "--gpus-per-node": ("--slurm --k8s", gpus_per_node is not None),
+               "--name": ("--slurm --k8s", name != "pax"),
+               "--dry-run": ("--tpu --slurm --k8s", dry_run)}
+    for option, (owners, given) in belongs.items():
+        if given and modes[0] not in owners.split():
+            raise UsageError(f"{option} goes with {' or '.join(owners.split())}, not "
+                             f"{modes[0]}; drop it")
+    command = command or []
+    if processes is not None:
+        from pax_core.launchers import local
+        from pax_core.parallel.processes import parse_count
 
-    count = parse_count(processes, "--processes", 1)
-    devices = parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None else None
-    raise typer.Exit(launch.launch(command or [], count, devices, bind))
+        count = parse_count(processes, "--processes", 1)
+        devices = (parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None
+                   else None)
+        raise typer.Exit(local.launch(command, count, devices, bind))
+    if tpu is not None:
+        from pax_core.launchers import cloud_tpu
+
+        raise typer.Exit(cloud_tpu.launch(command, cloud_tpu.TpuOptions(
+            tpu, zone, project, slices, create, runtime, install), dry_run))
+    if slurm:
+        from pax_core.launchers import slurm as slurm_launcher
+
+        raise typer.Exit(slurm_launcher.launch(command, slurm_launcher.SlurmOptions(
+            partition, nodes, gpus_per_node, tasks_per_node, time_limit, account,
+            tuple(sbatch_args or ()), name), dry_run))
+    from pax_core.launchers import kubernetes
+
+    raise typer.Exit(kubernetes.launch(command, kubernetes.KubernetesOptions(
+        image, accelerator, topology, slices, nodes, gpus_per_node, namespace, name), dry_run))
 
 
 def _not_installed(app: typer.Typer, name: str, package: str) -> None:

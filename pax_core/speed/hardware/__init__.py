@@ -274,12 +274,14 @@ def catalogue(extra: Iterable[str] = ()) -> dict[str, Chip]:
     return chips
 
 
-def parse_target(text: str, slices: int = 1, extra: Iterable[str] = ()) -> Target:
-    """The cluster a ``--target`` name (``<prefix>-<count>``) and a slice count describe."""
+def parse_target(text: str, slices: int = 1, extra: Iterable[str] = (),
+                 option: str = "--target") -> Target:
+    """The cluster a ``--target`` name (``<prefix>-<count>``) and a slice count describe;
+    ``option`` is what the messages call it."""
     by_prefix = {p: chip for chip in catalogue(extra).values() for p in chip.target_prefixes}
     prefix, _, count_text = text.strip().lower().rpartition("-")
     chip = by_prefix.get(prefix)
-    where = f"--target {text!r}"
+    where = f"{option} {text!r}"
     if chip is None:
         raise UsageError(f"{where}: unknown chip {prefix or text!r}; write <chip>-<count> with "
                          f"<chip> one of {', '.join(sorted(by_prefix))}")

@@ -3,11 +3,12 @@ TPU runtime's megascale settings for a run over several slices.
 
 Slices are found as ``jax.experimental.mesh_utils.create_hybrid_device_mesh`` finds them: by
 each device's ``slice_index`` on TPUs; where every device reports the same slice (CPU and other
-hosts without slice information) each process is one slice; in a single process, consecutive
-runs of devices stand in for slices, so that a one-process run can be compared with the
-multi-process one. Inside a slice, ``create_device_mesh`` orders the devices along the chips'
-physical links, and every mesh axis is (DCN part) x (ICI part), so collectives over the ICI
-part of an axis never leave a slice.
+hosts without slice information) each process is one slice, or, with more processes than
+slices, consecutive processes form a slice (the hosts of a TPU slice, as ``pax launch --tpu``
+numbers them); in a single process, consecutive runs of devices stand in for slices, so that a
+one-process run can be compared with the multi-process one. Inside a slice,
+``create_device_mesh`` orders the devices along the chips' physical links, and every mesh axis
+is (DCN part) x (ICI part), so collectives over the ICI part of an axis never leave a slice.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import jax
 import numpy as np
 from jax.experimental import mesh_utils
 
@@ -65,6 +65,13 @@ def slice_groups(devices: Sequence[Any], slices: int) -> tuple[list[list[Any]], 
         by_slice, found = {}, "process"
         for d in devices:
             by_slice.setdefault(d.process_index, []).append(d)
+    if found == "process" and len(by_slice) > slices > 1 and len(by_slice) % slices == 0:
+        # several processes (hosts) a slice, consecutive ones together, as on TPU slices
+        per_slice = len(by_slice) // slices
+        found = f"processes ({per_slice} a slice)"
+        processes = sorted(by_slice)
+        by_slice = {i: [d for p in processes[i * per_slice:(i + 1) * per_slice]
+                        for d in by_slice[p]] for i in range(slices)}
     if len(by_slice) == 1 and slices > 1 and len(devices) % slices == 0:
         size, found = len(devices) // slices, "consecutive devices (one process)"
         by_slice = {i: list(devices[i * size:(i + 1) * size]) for i in range(slices)}
@@ -98,7 +105,7 @@ class MultisliceLayout(MeshLayout):
                 f"devices (ICI_MESH_SHAPE {list(ici)}), but the {len(devices)} devices form "
                 f"{len(groups)} slice(s) of {'/'.join(map(str, sorted(sizes)))} by {found}; "
                 f"change the two shapes to match the slices")
-        if jax.process_count() > 1 or found == "slice_index":
+        if found in ("slice_index", "process"):
             return mesh_utils.create_hybrid_device_mesh(
                 ici, dcn, devices, process_is_granule=found == "process",
                 allow_split_physical_axes=True)
