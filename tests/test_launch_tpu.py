@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -95,9 +96,10 @@ def _launch(*args: str, timeout: float = 420) -> subprocess.CompletedProcess:
 def test_two_slices_of_two_workers_train_as_one_process(gcloud, tmp_path, monkeypatch):
     steps = ["NUM_TRAIN_STEPS=4", "EVAL_INTERVAL_STEPS=4", "CHECKPOINT_EVERY_N_STEPS=4"]
     job = tmp_path / "two"
-    launched = _launch("--tpu", "pax-v4", "--zone", "us-central2-b", "--slices", "2",
-                       "--create", "v4-16", "--runtime", "tpu-ubuntu2204-base", "--",
-                       "pax", "train", *EXP, "--job-dir", str(job), *_sets(*SMALL, *steps))
+    args = ["--tpu", "pax-v4", "--zone", "us-central2-b", "--slices", "2", "--create", "v4-16",
+            "--runtime", "tpu-ubuntu2204-base", "--"]
+    command = ["pax", "train", *EXP, "--job-dir", str(job), *_sets(*SMALL, *steps)]
+    launched = _launch(*args, *command)
     assert launched.returncode == 0, launched.stderr[-3000:]
     monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
     alone = run_pax("train", *EXP, "--job-dir", str(tmp_path / "one"), *_sets(*SMALL, *steps),
@@ -109,8 +111,18 @@ def test_two_slices_of_two_workers_train_as_one_process(gcloud, tmp_path, monkey
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-5, abs=1e-6)
     start = next(r for r in read_metrics(job) if r["kind"] == "start")
     assert "multislice.megascale: MEGASCALE_SLICE_ID=0" in start["presets"]
-    # what ran: the queued resource, its state, each slice's workers and version, each worker
+    # what ran is what a dry run prints (the guide shows the recipe's), but for the wait for
+    # the queued resource and the addresses a dry run cannot know
+    dry = _launch(*args[:-1], "--dry-run", "--", *command, timeout=60)
+    assert dry.returncode == 0, dry.stderr
     calls = _calls(gcloud)
+    ran = [shlex.join(["gcloud", *c]) for c in calls if c[2:4] != ["queued-resources",
+                                                                   "describe"]]
+    printed = [re.sub(r"pax-v4-0\.worker-0", "127.0.0.1", line)
+               for line in dry.stdout.splitlines()]
+    ids = re.compile(r"pax-launch-\w{8}-")
+    assert sorted(ids.sub("ID-", line) for line in ran) == sorted(
+        ids.sub("ID-", line) for line in printed)
     where = ["--zone", "us-central2-b"]
     assert calls[0] == ["compute", "tpus", "queued-resources", "create", "pax-v4",
                         "--accelerator-type", "v4-16", "--runtime-version",
@@ -208,15 +220,20 @@ def test_a_worker_with_another_pax_is_refused(gcloud, monkeypatch):
     (["--tpu", "t", "--zone", "z"], "needs the command to run after --"),
     (["--tpu", "t", "--zone", "z", "--partition", "p", "--", "pax"], "--partition goes with"),
     (["--processes", "2", "--tpu", "t", "--", "pax"], "give one of --processes, --tpu"),
+    (["--tpu", "t", "--zone", "z", "--slices", "4", "--", "pax", "train", "--plugin", "lm",
+      "--exp", "C4Spmd22BAdam2xv4_128"],
+     "C4Spmd22BAdam2xv4_128's DCN_MESH_SHAPE [2, 1, 1] spans 2 slice(s) and pax launch starts 4"),
+    (["--k8s", "--image", "i", "--accelerator", "tpu-v4-podslice", "--topology", "4x4x4", "--",
+      "pax", "train", "-p", "lm", "-e", "C4Spmd22BAdam2xv4_128"], "spans 2 slice(s)"),
 ])
 def test_bad_tpu_launches_are_one_line_and_exit_2(args, words):
     from typer.testing import CliRunner
 
     from pax_core.cli.app import build_app
     from pax_core.errors import UsageError
-    from pax_core.testing import isolated_host
+    from pax_core.plugins.host import PluginHost
 
-    host = isolated_host()
+    host = PluginHost()  # the installed plugins: pax-lm's experiments among them
     result = CliRunner().invoke(build_app(host), ["launch", *args], obj=host)
     assert isinstance(result.exception, UsageError), (result.output, result.exception)
     assert words in str(result.exception) and result.exception.exit_code == 2

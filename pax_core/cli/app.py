@@ -479,6 +479,7 @@ def plot_command(
 
 
 def launch_command(
+    ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         metavar="COMMAND", help="After --, what every process runs: pax train ...",
         show_default=False)] = None,
@@ -608,6 +609,10 @@ def launch_command(
         devices = (parse_count(cpu_devices, "--cpu-devices", 1) if cpu_devices is not None
                    else None)
         raise typer.Exit(local.launch(command, count, devices, bind))
+    if tpu is not None or (k8s and (accelerator or "").startswith("tpu")):
+        from pax_core.launchers.checks import check_slices
+
+        check_slices(_host(ctx), command, slices)
     if tpu is not None:
         from pax_core.launchers import cloud_tpu
 

@@ -109,12 +109,17 @@ class _Gcloud:
     def argv(self, *words: str) -> list[str]:
         return [self.program, "compute", "tpus", *words, *self.where]
 
+    def show(self, *words: str) -> None:
+        print(shlex.join(["gcloud", *self.argv(*words)[1:]]), flush=True)
+
     def run(self, *words: str, reads: bool = False) -> str:
-        """Run ``gcloud compute tpus WORDS``; in a dry run only what ``reads`` (describes)."""
+        """Run ``gcloud compute tpus WORDS``; a dry run prints each command and runs only what
+        ``reads`` (describes, which change nothing)."""
         argv = self.argv(*words)
-        if self.dry_run and not reads:
-            print(shlex.join(["gcloud", *argv[1:]]))
-            return ""
+        if self.dry_run:
+            self.show(*words)
+            if not reads:
+                return ""
         done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         if done.returncode != 0:
             said = (done.stderr.strip().splitlines() or ["no message"])[-1]
@@ -158,6 +163,8 @@ def _slices(gcloud: _Gcloud, options: TpuOptions) -> list[Slice]:
     if gcloud.dry_run and options.create:
         from pax_core.speed.hardware import parse_target
 
+        for name in options.slice_names():
+            gcloud.show("tpu-vm", "describe", name, "--format=json")
         target = parse_target(options.create, option="--create")
         hosts = max(1, target.chips // target.chip.chips_per_host)
         return [Slice(name, [f"{name}.worker-{w}" for w in range(hosts)])
@@ -209,7 +216,7 @@ def launch(command: list[str], options: TpuOptions, dry_run: bool = False) -> in
     """Run ``command`` on every worker of the slices; returns the exit code for the launcher."""
     gcloud = _Gcloud(_check(command, options), options, dry_run)
     if options.create:
-        _create(gcloud, options)
+        _create(gcloud, options)  # a dry run prints the create, not the wait
     slices = _slices(gcloud, options)
     _check_software(gcloud, slices, options.install)
     workers = len(slices[0].addresses)
