@@ -37,10 +37,8 @@ from typing import Any
 
 from pax_core.errors import RunError, UsageError
 from pax_core.launchers.supervise import Child, supervise
-from pax_core.parallel.processes import DistributedOptions
+from pax_core.parallel.processes import COORDINATOR_PORT, DistributedOptions
 
-# Where slice 0's worker 0 serves JAX's coordinator (the port JAX itself uses on Cloud TPU).
-COORDINATOR_PORT = 8476
 POLL_S = 10
 # Where each worker's process leaves its pid (expanded on the worker).
 PID_FOLDER = "${TMPDIR:-/tmp}"

@@ -30,10 +30,9 @@ import threading
 import yaml
 
 from pax_core.errors import UsageError
+from pax_core.parallel.processes import COORDINATOR_PORT
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
-# The port of JAX's coordination service on Cloud TPU clusters, used for GPU and CPU pods too.
-COORDINATOR_PORT = 8476
 POLL_S = 5.0  # between two looks at the JobSet's state
 GRACE_S = 10.0  # for the first pod's last log lines once the JobSet has ended
 # GKE's TPU accelerator labels: (topology dimensions, most chips a single-host slice has). Every

@@ -56,6 +56,9 @@ HEARTBEAT_TIMEOUT_S = 60
 SHUTDOWN_TIMEOUT_S = 300
 FAILURE_GRACE_S = 5
 CPU_TOPOLOGY_TIMEOUT_MIN = 1
+# Where a cluster launcher has process 0 serve the coordinator: the port JAX itself uses on
+# Cloud TPU clusters.
+COORDINATOR_PORT = 8476
 
 ADDRESS, NUM_PROCESSES, PROCESS_ID = "--coordinator-address", "--num-processes", "--process-id"
 ENV = {ADDRESS: "PAX_COORDINATOR_ADDRESS", NUM_PROCESSES: "PAX_NUM_PROCESSES",
