@@ -204,8 +204,8 @@ def test_a_dry_run_prints_the_commands_the_guide_shows(gcloud):
 
 def test_a_worker_with_another_pax_is_refused(gcloud, monkeypatch):
     monkeypatch.setenv("GCLOUD_PAX_VERSION", "pax 0.1 (plugin API 1.0)")
-    out = _launch("--tpu", "pax-v4", "--zone", "us-central2-b", "--", "pax", "train", *EXP,
-                  timeout=60)
+    out = _launch("--tpu", "pax-v4", "--zone", "us-central2-b", "--slices", "2", "--", "pax",
+                  "train", *EXP, timeout=60)
     assert out.returncode == 2
     assert "its workers run 'pax 0.1 (plugin API 1.0)'" in out.stderr and "--install" in out.stderr
 
