@@ -86,13 +86,13 @@ def _mesh_of(items: list[str]) -> str | None:
 
 def _published_mesh(row: dict) -> str:
     """The row's ICI mesh: its ``--set``, else its experiment's own."""
-    from pax_core.commands.plan import experiment_class
+    from pax_core.config.resolve import experiment_class
     from pax_core.plugins.host import PluginHost
 
     given = _mesh_of(row.get("set", []))
     if given:
         return given
-    cls = experiment_class(PluginHost(), row["exp"], "lm", row.get("set", []))
+    _, cls = experiment_class(PluginHost(), row["exp"], "lm", row.get("set", []))
     return "[" + ",".join(str(n) for n in cls.ICI_MESH_SHAPE) + "]"
 
 

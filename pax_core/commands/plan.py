@@ -24,8 +24,7 @@ from typing import Any
 import jax
 
 from pax_core.backends.presets import apply_presets
-from pax_core.config import lookup, overrides
-from pax_core.config.resolve import resolve
+from pax_core.config.resolve import experiment_class, resolve
 from pax_core.errors import UsageError
 from pax_core.parallel.processes import DistributedOptions
 from pax_core.plugins.host import PluginHost
@@ -84,20 +83,12 @@ def _check_hbm(hbm_gib: float) -> None:
         raise UsageError(f"--hbm-gib must be a finite number above 0, got {hbm_gib}")
 
 
-def experiment_class(host: PluginHost, exp: str, plugin: str | None,
-                     set_items: list[str]) -> type:
-    """The experiment's class with the constants of ``set_items`` applied (no JAX needed)."""
-    _, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
-    parsed = overrides.parse(set_items)
-    return overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
-
-
 def devices_needed(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
                    default: int, target: Target | None = None) -> int:
     """The size of the experiment's declared mesh (``default`` when it declares none: Pax's
     data-parallel path uses every device), read from its constants before JAX starts; with a
     ``target``, the mesh must fill its chips and its DCN part span its slices."""
-    cls = experiment_class(host, exp, plugin, set_items)
+    _, cls = experiment_class(host, exp, plugin, set_items)
     size = cls.mesh_size()
     if target is None:
         return size or default

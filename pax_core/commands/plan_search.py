@@ -21,6 +21,7 @@ from collections import Counter
 from typing import Any
 
 from pax_core.commands import plan as planning
+from pax_core.config.resolve import experiment_class
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.speed.hardware import Target
@@ -96,7 +97,7 @@ def choices(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[s
             target: Target, vary: list[str] | None = None, limit: int = 64) -> list[Choice]:
     """The candidates for ``target``, checked before JAX starts: a mesh to search, valid
     ``--vary`` items, and no more candidates than ``limit``."""
-    cls = planning.experiment_class(host, exp, plugin, set_items)
+    _, cls = experiment_class(host, exp, plugin, set_items)
     names = list(getattr(cls, "MESH_AXIS_NAMES", None) or ())
     if not names or not cls.ICI_MESH_SHAPE:
         raise UsageError(f"{cls.__name__} declares no mesh (ICI_MESH_SHAPE and "
@@ -152,8 +153,7 @@ def search(host: PluginHost, *, exp: str, plugin: str | None, set_items: list[st
                             *(f"--set {item}" for item in kept + choice.set_items)])
         ranked.append(Candidate(choice.set_items, choice.mesh_text, choice.varied,
                                 result.prediction, result.total_gib, command))
-    name = planning.experiment_class(host, exp, plugin, set_items).__name__
-    return SearchResult(name, target.name, len(candidates), rank(ranked), dict(dropped))
+    return SearchResult(exp, target.name, len(candidates), rank(ranked), dict(dropped))
 
 
 def rank(candidates: list[Candidate]) -> list[Candidate]:

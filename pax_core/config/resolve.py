@@ -102,16 +102,24 @@ def load_config(path: str) -> fdl.Config:
     return config
 
 
-def choose_experiment(host: PluginHost, exp: str, plugin: str | None,
-                      set_items: list[str]) -> ChosenExperiment:
-    """Look up ``exp`` and apply the ``--set`` overrides of its constants (those of config
-    paths are parsed, and applied by ``configure``)."""
+def experiment_class(host: PluginHost, exp: str, plugin: str | None,
+                     set_items: list[str]) -> tuple[str, type[Experiment]]:
+    """``exp``'s name and class with the ``--set`` overrides of its constants applied: what
+    its constants say (its mesh) without building anything."""
     if plugin:
         host.require(plugin)
     name, cls = lookup.find_experiment(host.components("experiments"), exp, plugin)
     _check_required_plugins(name, cls)
     parsed = overrides.parse(set_items)
-    cls = overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+    return name, overrides.apply_constants(cls, [o for o in parsed if o.is_constant])
+
+
+def choose_experiment(host: PluginHost, exp: str, plugin: str | None,
+                      set_items: list[str]) -> ChosenExperiment:
+    """Look up ``exp`` and apply the ``--set`` overrides of its constants (those of config
+    paths are parsed, and applied by ``configure``)."""
+    name, cls = experiment_class(host, exp, plugin, set_items)
+    parsed = overrides.parse(set_items)
     unread = getattr(cls, "unread_constants", None)
     if unread:
         aliases = cls.aliases()

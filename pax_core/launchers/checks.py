@@ -31,13 +31,13 @@ def _train_options(command: list[str]) -> dict[str, list[str]] | None:
 def check_slices(host: PluginHost, command: list[str], slices: int) -> None:
     """Refuse a ``pax train`` whose experiment's DCN mesh spans another number of slices. An
     experiment this machine cannot find (a plugin only the workers have) is left to them."""
-    from pax_core.commands.plan import experiment_class
+    from pax_core.config.resolve import experiment_class
 
     options = _train_options(command)
     if not options or not options["exp"]:
         return
     try:
-        cls = experiment_class(host, options["exp"][-1],
+        _, cls = experiment_class(host, options["exp"][-1],
                                options["plugin"][-1] if options["plugin"] else None,
                                options["set"])
     except UsageError:

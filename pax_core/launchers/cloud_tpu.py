@@ -40,6 +40,7 @@ from pax_core.launchers.supervise import Child, supervise
 from pax_core.parallel.processes import COORDINATOR_PORT, DistributedOptions
 
 POLL_S = 10
+STOP_TIMEOUT_S = 120  # for each slice's workers to be reached with the stop
 # Where each worker's process leaves its pid (expanded on the worker).
 PID_FOLDER = "${TMPDIR:-/tmp}"
 CREATE_TIMEOUT_S = 3600
@@ -238,9 +239,16 @@ def launch(command: list[str], options: TpuOptions, dry_run: bool = False) -> in
     def stop_remote() -> None:
         files = f"{PID_FOLDER}/pax-launch-{launch_id}-*.pid"
         kill = f"kill -TERM $(cat {files} 2>/dev/null) 2>/dev/null; rm -f {files}; true"
+        unreached = []
         for one in slices:
-            subprocess.run(gcloud.argv(*_ssh(one.name, "all", kill)), capture_output=True,
-                           stdin=subprocess.DEVNULL, timeout=120, check=False)
-        print("pax launch: asked every worker's process to stop", file=sys.stderr, flush=True)
+            try:
+                subprocess.run(gcloud.argv(*_ssh(one.name, "all", kill)), capture_output=True,
+                               stdin=subprocess.DEVNULL, timeout=STOP_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired:
+                unreached.append(one.name)
+        print("pax launch: asked every worker's process to stop" + (
+            f"; {', '.join(unreached)} did not answer in {STOP_TIMEOUT_S} s: check them with "
+            f"gcloud compute tpus tpu-vm ssh NAME --worker=all" if unreached else ""),
+            file=sys.stderr, flush=True)
 
     return supervise(children, on_stop=stop_remote)

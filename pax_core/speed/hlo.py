@@ -372,14 +372,13 @@ def _moved_bytes(module: Module, comp: Computation, instruction: Instruction,
     read from memory, and without ``write`` the result is not written to it."""
     fused = (module.computations.get(instruction.called()[0])
              if instruction.opcode == "fusion" and instruction.called() else None)
+    if instruction.opcode == "dynamic-slice":  # reads the slice, writes it
+        return 2 * shape_bytes(instruction.shape)
+    if instruction.opcode == "dynamic-update-slice":  # reads the update, writes it in place
+        return 2 * shape_bytes(module.shape_of(comp, instruction.operands[1]))
     if fused is None:
         return (sum(shape_bytes(module.shape_of(comp, o)) for o in instruction.operands
-                    if not on_chip(o)) + write * shape_bytes(instruction.shape)
-                ) if instruction.opcode not in (
-                    "dynamic-slice", "dynamic-update-slice") else 2 * shape_bytes(
-                        module.shape_of(comp, instruction.operands[int(
-                            instruction.opcode == "dynamic-update-slice")])
-                        if instruction.opcode == "dynamic-update-slice" else instruction.shape)
+                    if not on_chip(o)) + write * shape_bytes(instruction.shape))
     params = {int(i.args): i.name for i in fused.instructions.values()
               if i.opcode == "parameter" and i.args.strip().isdigit()}
     users = fused.users()
@@ -469,10 +468,8 @@ def step_costs(text: str, num_devices: int, kernels: tuple[str, ...] = ()) -> li
         for instruction in comp.instructions.values():
             op = instruction.opcode
             if op == "while":
-                body = _BODY.search(instruction.attributes)
-                if body:
-                    walk(body.group(1), executions * _trip_count(module, instruction), True,
-                         (*seen, name))
+                if (loop := loop_of(module, instruction)) is not None:
+                    walk(loop[0], executions * loop[1], True, (*seen, name))
                 continue
             if op in ("call", "conditional", "async-start"):
                 for callee in instruction.called():
@@ -506,8 +503,7 @@ def step_costs(text: str, num_devices: int, kernels: tuple[str, ...] = ()) -> li
 
 
 def loop_of(module: Module, instruction: Instruction) -> tuple[str, int] | None:
-    """``(body, trip count)`` of a ``while`` instruction with a known trip count, else None."""
+    """``(body, trip count)`` of a ``while`` instruction (``_trip_count``), else None."""
     if instruction.opcode != "while" or not (body := _BODY.search(instruction.attributes)):
         return None
-    trips = _trip_count(module, instruction)
-    return (body.group(1), trips) if trips else None
+    return body.group(1), _trip_count(module, instruction)

@@ -40,48 +40,37 @@ from pax_core.backends.attention import SCOPE as ATTENTION
 from pax_core.speed.hardware import Target
 from pax_core.speed.hlo import Collective, Cost, step_costs
 
-GIB = 1024**3
 OVERLAP = ("collectives inside a loop body overlap with the body's computation; those outside "
            "loops run in series with it")
 
 
-@dataclasses.dataclass(frozen=True)
-class _AxisLinks:
-    """The torus dimensions one mesh axis takes in a slice: (size, wraps) each."""
-
-    dims: tuple[tuple[int, bool], ...]
+# The torus dimensions one mesh axis takes in a slice: (size, wraps) each.
+AxisLinks = tuple[tuple[int, bool], ...]
 
 
 def _assign_axes(ici: list[int], topology: tuple[int, ...], wraps: tuple[bool, ...]
-                 ) -> list[_AxisLinks]:
+                 ) -> list[AxisLinks]:
     """Give each mesh axis (innermost first) whole torus dimensions whose sizes multiply to
     its size, else a segment of one dimension (without its wraparound)."""
     free = [(size, wrap) for size, wrap in zip(topology, wraps, strict=True) if size > 1]
-    links: list[_AxisLinks] = [_AxisLinks(())] * len(ici)
+    links: list[AxisLinks] = [()] * len(ici)
     for axis in reversed(range(len(ici))):
         size = ici[axis]
         if size == 1:
             continue
-        chosen = None
-        for count in range(1, len(free) + 1):
-            for combo in itertools.combinations(range(len(free)), count):
-                if math.prod(free[i][0] for i in combo) == size:
-                    chosen = combo
-                    break
-            if chosen:
-                break
+        chosen = next((combo for count in range(1, len(free) + 1)
+                       for combo in itertools.combinations(range(len(free)), count)
+                       if math.prod(free[i][0] for i in combo) == size), None)
         if chosen:
-            links[axis] = _AxisLinks(tuple(free[i] for i in chosen))
+            links[axis] = tuple(free[i] for i in chosen)
             free = [d for i, d in enumerate(free) if i not in chosen]
             continue
+        links[axis] = ((size, False),)  # a segment: no wraparound
         split = next((i for i, (d, _) in enumerate(free) if d % size == 0), None)
-        if split is None:  # no published shape fits: one dimension's links, unwrapped
-            links[axis] = _AxisLinks(((size, False),))
-            continue
-        links[axis] = _AxisLinks(((size, False),))
-        rest = free[split][0] // size
-        free = [d for i, d in enumerate(free) if i != split] + ([(rest, False)] if rest > 1
-                                                               else [])
+        if split is not None:  # the rest of that dimension stays for other axes
+            rest = free[split][0] // size
+            free = [d for i, d in enumerate(free) if i != split] + (
+                [(rest, False)] if rest > 1 else [])
     return links
 
 
@@ -105,7 +94,7 @@ class Layout:
         chip = self.target.chip
         if chip.family == "gpu":
             self._domain = rank // chip.nvlink.domain
-            self._axes: list[_AxisLinks] = []
+            self._axes: list[AxisLinks] = []
         else:
             self._domain = np.asarray(slice_index)
             self._axes = _assign_axes(list(self.ici), self.target.slice_shape,
@@ -122,7 +111,7 @@ class Layout:
             return inner, outer, chip.nvlink.gbps * 1e9, chip.network.gbps_per_gpu * 1e9, False
         varying = [a for a in range(len(self.ici))
                    if len(set(self._inner[members, a].tolist())) > 1]
-        dims = [d for a in varying for d in self._axes[a].dims]
+        dims = [d for a in varying for d in self._axes[a]]
         bandwidth = sum(chip.ici.link_gbps * 1e9 * (2 if wrap else 1) for _, wrap in dims)
         wrapped = bool(dims) and all(wrap for _, wrap in dims)
         return inner, outer, bandwidth or chip.ici.link_gbps * 1e9, \
@@ -257,11 +246,11 @@ def predict(hlo_text: str, target: Target, *, mesh_shape: tuple[int, ...],
     chips = target.chips
     peak = target.chip.peak_tflops["bf16"] * 1e12
     mfu = model_flops / (step * chips * peak) if model_flops and step > 0 else None
-    exposed_by_level = {k: v for k, v in by_kind.items() if k not in ("matmul", "memory")}
+    by_level = {k: v for k, v in by_kind.items() if k not in ("matmul", "memory")}
     candidates = {"matmul compute": by_kind.get("matmul", 0.0),
                   "memory bandwidth": by_kind.get("memory", 0.0)}
     if exposed > 0 and collectives > 0:
-        for level, seconds in exposed_by_level.items():
+        for level, seconds in by_level.items():  # the exposed time, shared out by level
             candidates[f"{level} collectives"] = exposed * seconds / collectives
     hbm = target.chip.hbm_gib
     return Prediction(
