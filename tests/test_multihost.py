@@ -278,3 +278,23 @@ def test_a_stop_request_stops_every_process_at_the_same_step(tmp_path, target, s
     resumed = _launch(*TRAIN[:-1], f"NUM_TRAIN_STEPS={step + 10}", "--job-dir", str(job))
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from step {step} of {step + 10}" in resumed.stdout
+
+
+def test_a_one_host_tpu_vm_without_a_metadata_server_is_one_process(monkeypatch):
+    """A one-host TPU VM (one chip, v5litepod-4 or smaller) lists itself as its only worker and
+    may have no metadata server: every command must start there with no flags."""
+    from jax._src.clusters import cloud_tpu_cluster
+
+    monkeypatch.setattr(cloud_tpu_cluster, "running_in_cloud_tpu_vm", True)
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # any metadata query fails at once
+    for name in ("TPU_PROCESS_ADDRESSES", "MEGASCALE_NUM_SLICES", *SLURM):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TPU_SKIP_MDS_QUERY", "true")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+    monkeypatch.setenv("TPU_HOST_BOUNDS", "1,1,1")
+    assert detected_cluster() is None
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "t1v-0,t1v-1")
+    assert detected_cluster() == "gketpu cluster"
+    monkeypatch.setenv("MEGASCALE_NUM_SLICES", "2")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+    assert detected_cluster() == "gketpu cluster"

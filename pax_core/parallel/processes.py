@@ -190,12 +190,30 @@ def detected_cluster() -> str | None:
         return None
     name = found.name or found.__name__
     try:
-        count = found.get_process_count()
+        count = _tpu_hosts_from_environment(name)
+        if count is None:
+            count = found.get_process_count()
     except Exception as e:
         raise UsageError(f"found a {name} cluster but not its number of processes "
                          f"({type(e).__name__}: {e}); give the three distributed options, or "
                          f"{NUM_PROCESSES} 1 for one process") from e
     return f"{name} cluster" if count > 1 else None
+
+
+def _tpu_hosts_from_environment(cluster: str) -> int | None:
+    """A TPU VM's process count from its environment alone, where the environment holds it:
+    its slice's hosts (``TPU_PROCESS_ADDRESSES`` or ``TPU_WORKER_HOSTNAMES``) times the slices
+    (``MEGASCALE_NUM_SLICES``, 1 when unset). JAX asks the metadata server for an unset slice
+    count, and a one-host TPU VM may have none (``TPU_SKIP_MDS_QUERY``): asked there, it would
+    fail to start a run that is plainly one process. None for another cluster, or a TPU VM
+    whose environment does not list its hosts."""
+    if cluster != "gketpu":
+        return None
+    hosts = os.environ.get("TPU_PROCESS_ADDRESSES") or os.environ.get("TPU_WORKER_HOSTNAMES")
+    if not hosts:
+        return None
+    slices = os.environ.get("MEGASCALE_NUM_SLICES") or "1"
+    return len([h for h in hosts.split(",") if h.strip()]) * int(slices)
 
 
 def check_same_software(host: PluginHost) -> None:
