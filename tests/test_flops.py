@@ -132,3 +132,51 @@ def test_a_compile_for_analysis_counts_and_places_as_the_full_compile():
                 "alias_size_in_bytes"):
         assert getattr(memory, key) == getattr(full_memory, key), key
     assert hardware_flops(analysed, 8) == hardware_flops(full, 8)
+
+
+# A loop as the TPU compiler writes it: no note of its trip count, the counter's comparison
+# inside a fusion of the condition.
+FUSED_CONDITION_LOOP = """HloModule fused_condition
+
+%fused_cond (p: s32[]) -> pred[] {
+  %p = s32[] parameter(0)
+  %bound = s32[] constant(24)
+  ROOT %lt = pred[] compare(%p, %bound), direction=LT
+}
+
+%cond (t: (s32[], f32[32,128], f32[128,128])) -> pred[] {
+  %t = (s32[], f32[32,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  ROOT %f = pred[] fusion(%i), kind=kLoop, calls=%fused_cond
+}
+
+%body (t: (s32[], f32[32,128], f32[128,128])) -> (s32[], f32[32,128], f32[128,128]) {
+  %t = (s32[], f32[32,128]{1,0}, f32[128,128]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%t), index=0
+  %x = f32[32,128]{1,0} get-tuple-element(%t), index=1
+  %w = f32[128,128]{1,0} get-tuple-element(%t), index=2
+  %d = f32[32,128]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+  %one = s32[] constant(1)
+  %n = s32[] add(%i, %one)
+  ROOT %r = (s32[], f32[32,128]{1,0}, f32[128,128]{1,0}) tuple(%n, %d, %w)
+}
+
+ENTRY %main (x: f32[32,128], w: f32[128,128]) -> f32[32,128] {
+  %x = f32[32,128]{1,0} parameter(0)
+  %w = f32[128,128]{1,0} parameter(1)
+  %zero = s32[] constant(0)
+  %init = (s32[], f32[32,128]{1,0}, f32[128,128]{1,0}) tuple(%zero, %x, %w)
+  %loop = (s32[], f32[32,128]{1,0}, f32[128,128]{1,0}) while(%init), condition=%cond, body=%body
+  ROOT %out = f32[32,128]{1,0} get-tuple-element(%loop), index=1
+}
+"""
+
+
+def test_a_loop_without_a_trip_count_note_is_counted_from_its_condition():
+    """On a TPU the summary's HFU counted a scanned layer once: its loops carry no note of
+    their trip count, and the bound is compared inside a fusion."""
+    assert loop_correction(FUSED_CONDITION_LOOP) == pytest.approx(23 * (DOT + 1))
+    scanned = _compiled(_layers(False), W, X).as_text()
+    unnoted = scanned.replace('"known_trip_count":{"n":"4"}', '"n":"4"')
+    assert unnoted != scanned
+    assert loop_correction(unnoted) == pytest.approx(loop_correction(scanned))

@@ -95,13 +95,25 @@ def test_attention_is_served_by_the_backend_the_runtime_installed(monkeypatch):
     from pax_core.backends import attention
 
     class Fused(Backend):
-        def attention(self, query, key, value, *, mask, is_causal, segment_ids):
-            return ("fused", is_causal, segment_ids)
+        def attention(self, query, key, value, *, mask, is_causal, segment_ids, window=0,
+                      logit_cap=0.0, scale=None):
+            return ("fused", is_causal, segment_ids, window, logit_cap)
 
-    monkeypatch.setattr(attention, "_running", Fused())
+    class Written119(Backend):  # a backend of API 1.19, before window, logit_cap and scale
+        def attention(self, query, key, value, *, mask, is_causal, segment_ids):
+            return ("1.19", is_causal, segment_ids)
+
+    monkeypatch.setattr(attention, "_running", attention._running)
+    monkeypatch.setattr(attention, "_takes_all", attention._takes_all)
     x = jnp.ones((1, 4, 2, 8))
-    assert dot_product_attention(x, x, x, mask=None, is_causal=True) == ("fused", True, None)
-    monkeypatch.setattr(attention, "_running", Backend())
+    attention.use_backend(Fused())
+    assert dot_product_attention(x, x, x, mask=None, is_causal=True, window=2, logit_cap=3.0
+                                 ) == ("fused", True, None, 2, 3.0)
+    attention.use_backend(Written119())
+    assert dot_product_attention(x, x, x, mask=None, is_causal=True) == ("1.19", True, None)
+    capped = dot_product_attention(x, x, x, mask=None, logit_cap=3.0)  # XLA serves the rest
+    assert capped.shape == (1, 4, 2, 8)
+    attention.use_backend(Backend())
     assert dot_product_attention(x, x, x, mask=None).shape == (1, 4, 2, 8)
 
 

@@ -46,10 +46,16 @@ class Backend:
 
     def attention(self, query: jax.Array, key: jax.Array, value: jax.Array, *,
                   mask: jax.Array | None, is_causal: bool,
-                  segment_ids: jax.Array | None) -> jax.Array:
+                  segment_ids: jax.Array | None, window: int = 0, logit_cap: float = 0.0,
+                  scale: float | None = None) -> jax.Array:
         """Scaled dot-product attention, as ``pax_core.dot_product_attention`` documents; the
-        default is XLA's, through ``jax.nn.dot_product_attention`` with the full ``mask``."""
+        default is XLA's with the full ``mask``: ``jax.nn.dot_product_attention``, or explicit
+        einsums where a logit cap or a scale of its own is asked for."""
         import jax
 
-        del is_causal, segment_ids  # both are already in the mask
+        from pax_core.backends.einsum import einsum_attention
+
+        del is_causal, segment_ids, window  # all three are already in the mask
+        if logit_cap or scale is not None:
+            return einsum_attention(query, key, value, mask, scale, logit_cap)
         return jax.nn.dot_product_attention(query, key, value, mask=mask)

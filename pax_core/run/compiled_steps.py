@@ -18,6 +18,7 @@ import jax
 from pax_core.errors import PaxError
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import Run
+from pax_core.run.memory_use import step_working_bytes
 from pax_core.speed.flops import StepFlops, step_flops
 
 ShapeKey = tuple[tuple[str, tuple[int, ...], str], ...]
@@ -37,6 +38,8 @@ class TrainSteps:
         self.run, self.host = run, host
         self._compiled: dict[ShapeKey, tuple[Any, StepFlops]] = {}
         self.compile_sec = 0.0
+        # The most any compiled step allocates beyond its arguments, per device.
+        self.working_bytes = 0
         self.first_flops = self._compile(run.batch_spec)[1]
         self._model_flops = self._hardware_flops = 0.0
         self._steps = 0
@@ -53,6 +56,7 @@ class TrainSteps:
         flops = step_flops(self.run.task.model, batch_spec, compiled,
                            self.run.partitioner.mesh.size)
         self._compiled[shape_key(batch_spec)] = (compiled, flops)
+        self.working_bytes = max(self.working_bytes, step_working_bytes(compiled))
         return compiled, flops
 
     def __call__(self, state: Any, batch: dict[str, jax.Array]) -> Any:

@@ -149,7 +149,7 @@ class TrainLoop:
         values.update(self.utilisation.metrics(steps_per_sec,
                                                self.train_steps.flops_since_last()))
         values.update(breakdown)
-        values.update(memory_metrics(jax.local_devices()))
+        values.update(memory_metrics(jax.local_devices(), self.train_steps.working_bytes))
         values.update(self._first_step)  # once per invocation, at its first summary
         self._first_step = {}
         self._log(step, "train", values)

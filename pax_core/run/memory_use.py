@@ -1,6 +1,12 @@
 """How much memory a run holds, logged with every train summary: the process's resident set on
 the host, and the device memory in use at the peak so far (the largest over this process's
-devices; only where the runtime reports it: GPUs and TPUs, not the CPU)."""
+devices; only where the runtime reports its memory: GPUs and TPUs, not the CPU).
+
+The device peak is the larger of the runtime's own peak and what is in use between steps plus
+what the compiled step allocates beyond its arguments (``step_working_bytes``): a TPU runtime
+reports no peak, and what is in use between steps (the weights and the optimizer's state) is
+the same whatever the batch or the rematerialisation, which is what the step's peak depends on.
+"""
 
 from __future__ import annotations
 
@@ -24,18 +30,33 @@ def host_resident_gib() -> float:
         return peak / (GIB if os.uname().sysname == "Darwin" else 2**20)
 
 
-def device_peak_gib(devices: Sequence[Any]) -> float | None:
-    """The largest peak of device memory in use over ``devices``; None where none reports
-    its memory."""
-    peaks = [stats.get("peak_bytes_in_use", stats.get("bytes_in_use", 0))
+def step_working_bytes(compiled: Any) -> int:
+    """What a compiled step allocates on a device beyond its arguments, from the compiler's
+    memory analysis: its temporaries, and the outputs that do not reuse a donated argument's
+    buffer; 0 where the backend has no analysis."""
+    try:
+        analysis = compiled.memory_analysis()
+    except Exception:  # a backend without the analysis: no figure, not a failure
+        return 0
+    if analysis is None:
+        return 0
+    fresh = analysis.output_size_in_bytes - analysis.alias_size_in_bytes
+    return int(analysis.temp_size_in_bytes + max(0, fresh))
+
+
+def device_peak_gib(devices: Sequence[Any], step_bytes: int = 0) -> float | None:
+    """The largest peak of device memory over ``devices``: the runtime's, or what is in use
+    now plus ``step_bytes`` (a step's working memory), whichever is larger; None where no
+    device reports its memory."""
+    peaks = [max(stats.get("peak_bytes_in_use", 0), stats.get("bytes_in_use", 0) + step_bytes)
              for stats in (_stats(d) for d in devices) if stats]
     return max(peaks) / GIB if peaks else None
 
 
-def memory_metrics(devices: Sequence[Any]) -> dict[str, float]:
+def memory_metrics(devices: Sequence[Any], step_bytes: int = 0) -> dict[str, float]:
     """``host_memory_gib`` and, where the devices report it, ``device_memory_peak_gib``."""
     found = {"host_memory_gib": host_resident_gib()}
-    if (device := device_peak_gib(devices)) is not None:
+    if (device := device_peak_gib(devices, step_bytes)) is not None:
         found["device_memory_peak_gib"] = device
     return found
 

@@ -105,7 +105,7 @@ def hardware_flops(compiled: Any, num_devices: int) -> float | None:
         text = compiled.as_text()
     except Exception:  # a backend without cost analysis or HLO text: no HFU, not a failure
         return None
-    if '"known_trip_count"' in text:
+    if " while(" in text:
         per_device += loop_correction(text)
     return per_device * num_devices
 

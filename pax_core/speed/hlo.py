@@ -404,18 +404,40 @@ def _moved_bytes(module: Module, comp: Computation, instruction: Instruction,
 
 def _trip_count(module: Module, instruction: Instruction) -> int:
     """A loop's trip count: XLA's note of it, else the constant its condition compares the
-    counter with (``i < N``), else 1."""
+    counter with (``i < N``, also inside a fusion of the condition, as the TPU and CPU
+    compilers write it), else 1."""
     trips = _TRIP_COUNT.search(instruction.attributes)
     if trips:
         return int(trips.group(1))
     condition = _CONDITION.search(instruction.attributes)
-    comp = module.computations.get(condition.group(1)) if condition else None
-    for compare in (comp.instructions.values() if comp is not None else ()):
-        if compare.opcode == "compare" and "direction=LT" in compare.attributes:
-            bound = comp.instructions.get(compare.operands[-1])
-            if bound is not None and bound.opcode == "constant" and bound.args.strip().isdigit():
-                return int(bound.args)
-    return 1
+    return (_compared_bound(module, condition.group(1), {}) if condition else None) or 1
+
+
+def _compared_bound(module: Module, name: str, passed: dict[int, str | None]) -> int | None:
+    """The integer constant that computation ``name`` compares something with ``LT``;
+    ``passed`` holds the constants its caller gives its parameters, by their index."""
+    comp = module.computations.get(name)
+    if comp is None:
+        return None
+
+    def constant(value: str) -> str | None:
+        found = comp.instructions.get(value)
+        if found is None:
+            return None
+        if found.opcode == "parameter":
+            return passed.get(int(found.args.strip() or -1))
+        text = found.args.strip()
+        return text if found.opcode == "constant" and text.isdigit() else None
+
+    for instruction in comp.instructions.values():
+        if (instruction.opcode == "compare" and "direction=LT" in instruction.attributes
+                and (bound := constant(instruction.operands[-1])) is not None):
+            return int(bound)
+        for callee in instruction.called():
+            inner = {i: constant(o) for i, o in enumerate(instruction.operands)}
+            if callee != name and (bound := _compared_bound(module, callee, inner)) is not None:
+                return bound
+    return None
 
 
 def _flops(module: Module, comp: Computation, instruction: Instruction) -> float:

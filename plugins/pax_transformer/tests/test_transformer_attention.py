@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from transformer_helpers import forward, init_params, random_ids, tiny
 
-from pax_transformer.layers.attention import attend, causal_mask, segment_mask
+from pax_core import dot_product_attention
+from pax_transformer.layers.attention import causal_mask, segment_mask
 
 
 @pytest.mark.parametrize("kv_heads", [None, 2, 1], ids=["mha", "gqa", "mqa"])
@@ -49,8 +50,8 @@ def test_attention_logit_cap_bounds_the_attention_weights() -> None:
     # Each value is a one-hot of its slot, so the context *is* the attention weights.
     value = jnp.eye(length, dtype=jnp.float32)[None, :, None, :]
     mask = causal_mask(length, length)
-    capped = np.asarray(attend(query, key, value, mask, logit_cap=cap))
-    uncapped = np.asarray(attend(query, key, value, mask))
+    capped = np.asarray(dot_product_attention(query, key, value, mask=mask, logit_cap=cap))
+    uncapped = np.asarray(dot_product_attention(query, key, value, mask=mask))
     for t in range(length):
         weights = capped[0, t, :, : t + 1]
         assert (weights.min(-1) >= weights.max(-1) * np.exp(-2 * cap) * (1 - 1e-5)).all()

@@ -90,6 +90,11 @@ EXPERIMENTS: list[ExperimentRef] = [
     ExperimentRef("QuickStartMoeLm", "pax_lm.experiments.quickstart:QuickStartMoeLm",
                   "the quick start as a Mixture-of-Experts: 2 of 8 experts a token, as many "
                   "weights a token"),
+    ExperimentRef("LlamaBench470M", "pax_lm.experiments.benchmarks:LlamaBench470M",
+                  "the one-chip speed benchmark: llama-style, 470M weights, 8 x 2,048 random "
+                  "tokens a step (bench/tpu_train.py)"),
+    ExperimentRef("LlamaBench1B", "pax_lm.experiments.benchmarks:LlamaBench1B",
+                  "the 1B-class one-chip benchmark: 1.2B weights, Adafactor"),
     ExperimentRef("TinyLmForTests", "pax_lm.experiments.quickstart:TinyLmForTests",
                   "the smallest LM that learns: for tests"),
     ExperimentRef("TinyPipelinedLmForTests",

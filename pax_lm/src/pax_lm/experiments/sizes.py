@@ -57,6 +57,9 @@ SIZES: dict[str, LmSize] = {
     "glam-126m": LmSize(12, 768, 3072, 12, 64),
     "glam-64b": LmSize(64, 8192, 32768, 128, 128),
     "deepseek-moe-16b": LmSize(28, 2048, 10944, 16, 128),
+    # one-chip speed benchmarks (benchmarks.py): llama-style, heads of 64 and 128
+    "bench-24x1024": LmSize(24, 1024, 4096, 16, 64),
+    "bench-16x2048": LmSize(16, 2048, 8192, 16, 128),
     # small models that train on a CPU
     "quickstart": LmSize(4, 192, 768, 4, 48),
     "tiny": LmSize(2, 64, 256, 4, 16),

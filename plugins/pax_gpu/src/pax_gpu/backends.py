@@ -168,10 +168,14 @@ class GpuBackend(Backend):
                     f"H100, H200, L4 or newer")
 
     def attention(self, query: jax.Array, key: jax.Array, value: jax.Array, *,
-                  mask: jax.Array | None, is_causal: bool,
-                  segment_ids: jax.Array | None) -> jax.Array:
-        reason = cudnn_unsupported(query, key, mask=mask, is_causal=is_causal,
-                                   segment_ids=segment_ids)
+                  mask: jax.Array | None, is_causal: bool, segment_ids: jax.Array | None,
+                  window: int = 0, logit_cap: float = 0.0, scale: float | None = None
+                  ) -> jax.Array:
+        if window or logit_cap or scale is not None:
+            reason = "a sliding window, a logit cap or a scale of the layer's own"
+        else:
+            reason = cudnn_unsupported(query, key, mask=mask, is_causal=is_causal,
+                                       segment_ids=segment_ids)
         if reason is None:
             try:
                 return cudnn_attention(query, key, value, is_causal=is_causal,
@@ -180,4 +184,5 @@ class GpuBackend(Backend):
                 reason = f"a shape this cuDNN refuses ({str(e).splitlines()[0]})"
         _notice(reason)
         return super().attention(query, key, value, mask=mask, is_causal=is_causal,
-                                 segment_ids=segment_ids)
+                                 segment_ids=segment_ids, window=window, logit_cap=logit_cap,
+                                 scale=scale)

@@ -1,11 +1,10 @@
 """Self-attention, causal or not: multi-head, grouped-query and multi-query, with a KV cache.
 
 Attention itself goes through ``pax_core.dot_product_attention``, which the running backend
-serves (XLA's ``jax.nn.dot_product_attention`` by default, cuDNN's fused kernel on GPUs with
-pax-gpu). That has no logit cap and always scales the logits by 1/sqrt(dim_per_head), so with
-``logit_cap > 0`` (Pax's ``atten_logit_cap``: ``cap * tanh(logits / cap)``) or a
-``query_scale`` of its own (Gemma 2's ``query_pre_attn_scalar ** -0.5``) an explicit einsum path
-computes the same thing with the same mask and a float32 softmax.
+serves (XLA's by default, Splash on TPUs, cuDNN's fused kernel on GPUs with pax-gpu), told what
+the mask means (causal, packed segments, a sliding window) beside the mask itself, with the
+logit cap (Pax's ``atten_logit_cap``: ``cap * tanh(logits / cap)``) and a ``query_scale`` of the
+layer's own (Gemma 2's ``query_pre_attn_scalar ** -0.5``).
 
 Masking is by slot: query slot i (offset by the cache index when decoding, each row by its
 own when rows at different positions share a batch) sees key slots j <= i (every slot with
@@ -78,45 +77,6 @@ def window_mask(
 def segment_mask(segment_ids: jax.Array) -> jax.Array:
     """[B, 1, L, L] booleans: query and key belong to the same packed segment."""
     return (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
-
-
-def einsum_attention(
-    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
-    scale: float | None = None, logit_cap: float = 0.0,
-) -> jax.Array:
-    """Attention computed with explicit einsums: logits ``query . key * scale`` (None:
-    1/sqrt(dim_per_head)), then ``cap * tanh(logits / cap)`` when ``logit_cap`` > 0.
-
-    query [B, T, N, H], key/value [B, S, K, H] with K dividing N, mask broadcastable to
-    [B, N, T, S] (None: no mask) -> [B, T, N, H]. Logits and softmax in float32.
-    """
-    batch, length, heads, dims = query.shape
-    kv_heads = key.shape[2]
-    grouped = query.reshape(batch, length, kv_heads, heads // kv_heads, dims)
-    logits = jnp.einsum("btkgh,bskh->bkgts", grouped, key, preferred_element_type=jnp.float32)
-    logits = logits * (dims**-0.5 if scale is None else scale)
-    if logit_cap:
-        logits = logit_cap * jnp.tanh(logits / logit_cap)
-    if mask is not None:
-        logits = jnp.where(mask[:, :, None], logits, jnp.finfo(jnp.float32).min)
-    probs = jax.nn.softmax(logits, axis=-1).astype(value.dtype)
-    context = jnp.einsum("bkgts,bskh->btkgh", probs, value)
-    return context.reshape(batch, length, heads, dims)
-
-
-def attend(
-    query: jax.Array, key: jax.Array, value: jax.Array, mask: jax.Array | None,
-    logit_cap: float = 0.0, *, scale: float | None = None, is_causal: bool = False,
-    segment_ids: jax.Array | None = None,
-) -> jax.Array:
-    """Masked attention, through the running backend's ``pax_core.dot_product_attention``
-    unless a logit cap or a scale other than 1/sqrt(dim_per_head) is asked for; ``is_causal``
-    and ``segment_ids`` say how ``mask`` was made, so that a fused kernel can make it itself
-    (both must be off when the mask holds anything else, a sliding window's or a cache's)."""
-    if logit_cap or scale is not None:
-        return einsum_attention(query, key, value, mask, scale, logit_cap)
-    return dot_product_attention(query, key, value, mask=mask, is_causal=is_causal,
-                                 segment_ids=segment_ids)
 
 
 class Attention(nn.Module):
@@ -293,14 +253,18 @@ class Attention(nn.Module):
             if segment_ids is not None:
                 segments = segment_mask(segment_ids)
                 mask = segments if mask is None else mask & segments
+        window = 0
         if sliding is not None and sliding is not False:
-            window = window_mask(query.shape[1], key.shape[1], self.sliding_window, offset)
-            if sliding is not True:  # a scanned layer: the window applies where it slides
-                window = window | ~sliding
-            mask = window if mask is None else mask & window
-            is_causal, segment_ids = False, None  # only the mask says what a window hides
-        context = attend(query, key, value, mask, self.logit_cap, scale=self.query_scale,
-                         is_causal=is_causal, segment_ids=segment_ids)
+            in_window = window_mask(query.shape[1], key.shape[1], self.sliding_window, offset)
+            if sliding is True:
+                window = self.sliding_window
+            else:  # a scanned layer: the window applies where it slides, as data
+                in_window = in_window | ~sliding
+                is_causal, segment_ids = False, None  # only the mask says what it hides
+            mask = in_window if mask is None else mask & in_window
+        context = dot_product_attention(
+            query, key, value, mask=mask, is_causal=is_causal, segment_ids=segment_ids,
+            window=window if is_causal else 0, logit_cap=self.logit_cap, scale=self.query_scale)
         context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
 
         out = self._projection((x.shape[-1],), out_axes, (axes.EMBED,), "out", self.use_bias)(

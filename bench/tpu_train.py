@@ -1,0 +1,201 @@
+"""`pax train` on one TPU v5e chip against a hand-written JAX loop (bench/tpu_loop.py), and the
+checks that only the chip can make, as one script run there.
+
+Steps (``--steps``, each a name; all by default):
+
+* ``start``: `pax train` and `pax decode` of the LM quick start with no flags, as a new user
+  runs them on a one-host TPU VM (no metadata server there).
+* ``parity``: Splash (the tpu backend's attention) against XLA's attention at the benchmark's
+  shape, values and gradients in float32 at the highest matmul precision.
+* ``pax-MODEL-POLICY``: `pax train` of ``LlamaBench470M`` (``470m``) or ``LlamaBench1B``
+  (``1b``) with that ``CHECKPOINT_POLICY``: tokens/s (the median of the summaries after the
+  first), MFU, HFU and the device memory peak as the run logs them; then the compiled step's
+  own figures (FLOPs with loops counted in full, as ``pax plan`` reads the program; the memory
+  the compiler plans) for the HFU and peak to be checked against.
+* ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out, none).
+
+Each step appends one JSON line to ``--out``/tpu_train.jsonl. Run here, ``--report FILE...``
+turns such files into bench/results/tpu_train.{json,md} (the ratios: Pax's tokens/s over the
+hand-written loop's best). ``--commit`` names the commit measured: the chip's copy of the
+checkout has no git.
+
+    python bench/tpu_train.py --commit C --out DIR [--steps start,parity,pax-470m-auto,...]
+    python bench/tpu_train.py --report DIR/tpu_train.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+EXPERIMENTS = {"470m": "LlamaBench470M", "1b": "LlamaBench1B"}
+DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "hand-470m-full", "hand-470m-qkv_out",
+                 "pax-1b-auto", "hand-1b-full")
+
+
+def _pax(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["pax", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def start(work: Path) -> dict:
+    job = work / "quickstart"
+    began = time.perf_counter()
+    trained = _pax("train", "--plugin", "lm", "--exp", "QuickStartLm", "--job-dir", str(job),
+                   "--set", "NUM_TRAIN_STEPS=20", "--set", "EVAL_INTERVAL_STEPS=20")
+    decoded = _pax("decode", "--plugin", "lm", "--job-dir", str(job), "--prompt",
+                   "And God said", "--max-decode-steps", "20")
+    return {"step": "start", "train_exit": trained.returncode, "decode_exit": decoded.returncode,
+            "train_tail": trained.stderr.strip().splitlines()[-3:],
+            "decoded": decoded.stdout.strip()[-200:], "decode_tail": decoded.stderr[-400:],
+            "sec": time.perf_counter() - began,
+            "splash_fallbacks": [line for line in trained.stderr.splitlines()
+                                 if "not Splash" in line]}
+
+
+def parity() -> dict:
+    import jax
+    import jax.numpy as jnp
+
+    from pax_core.backends.base import Backend
+    from pax_core.backends.splash import splash_attention
+
+    jax.config.update("jax_default_matmul_precision", "highest")
+    keys = jax.random.split(jax.random.key(0), 4)
+    shape = (2, 2048, 16, 64)
+    q, k, v = (jax.random.normal(key, shape) for key in keys[:3])
+    weight = jax.random.normal(keys[3], shape)
+    mask = jnp.tril(jnp.ones((2048, 2048), bool))[None, None]
+
+    def splash(q, k, v):
+        return splash_attention(q, k, v, is_causal=True, segment_ids=None)
+
+    def xla(q, k, v):
+        return Backend().attention(q, k, v, mask=mask, is_causal=True, segment_ids=None)
+
+    def weighted(fn):
+        return lambda q, k, v: (fn(q, k, v) * weight).sum()
+
+    found = {name: (jax.jit(fn)(q, k, v),
+                    jax.jit(jax.grad(weighted(fn), argnums=(0, 1, 2)))(q, k, v))
+             for name, fn in (("splash", splash), ("xla", xla))}
+
+    def error(a, b):
+        return float(jnp.max(jnp.abs(a - b)) / jnp.max(jnp.abs(b)))
+
+    (out, grads), (out_x, grads_x) = found["splash"], found["xla"]
+    return {"step": "parity", "shape": shape, "output_rel_error": error(out, out_x),
+            **{f"d{n}_rel_error": error(g, g_x)
+               for n, g, g_x in zip("qkv", grads, grads_x, strict=True)}}
+
+
+def _compiled_figures(experiment: str, overrides: list[str]) -> dict:
+    """The compiled train step's own FLOPs (loops in full, ``pax plan``'s reading) and the
+    memory the compiler plans for it, compiled as `pax train` compiles it."""
+    from pax_core.config.resolve import choose_experiment, configure
+    from pax_core.plugins.host import PluginHost, PluginSelection
+    from pax_core.run.build import build_run
+    from pax_core.run.runtime import start_runtime
+    from pax_core.speed import hlo
+    from pax_core.speed.flops import hardware_flops
+
+    host = PluginHost(PluginSelection.from_env())
+    chosen = choose_experiment(host, experiment, "lm", overrides)
+    runtime = start_runtime(host, None, chosen.experiment)
+    run = build_run(host, configure(chosen), runtime.devices, read_data=False)
+    compiled = run.compile_train_step(batch_spec=run.batch_spec)
+    text = compiled.as_text()
+    memory = compiled.memory_analysis()
+    costs = hlo.step_costs(text, run.partitioner.mesh.size)
+    return {"program_flops": sum(c.flops * c.executions for c in costs),
+            "hfu_flops": hardware_flops(compiled, run.partitioner.mesh.size),
+            "xla_flops_once": compiled.cost_analysis().get("flops"),
+            "while_loops": text.count(" while("),
+            "trip_count_notes": text.count("known_trip_count"),
+            "custom_calls": text.count("custom-call("),
+            "program_peak_gib": (memory.argument_size_in_bytes + memory.temp_size_in_bytes
+                                 + memory.output_size_in_bytes - memory.alias_size_in_bytes)
+            / 2**30}
+
+
+def pax_run(model: str, policy: str, work: Path, steps: int) -> dict:
+    job = work / f"pax-{model}-{policy}"
+    overrides = [f"CHECKPOINT_POLICY={policy}", f"NUM_TRAIN_STEPS={steps}"]
+    sets = [a for o in overrides for a in ("--set", o)]
+    began = time.perf_counter()
+    done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
+                *sets, "--no-eval-on-test")
+    found = {"step": f"pax-{model}-{policy}", "exit": done.returncode,
+             "sec": time.perf_counter() - began}
+    if done.returncode:
+        return {**found, "stderr": done.stderr[-1500:]}
+    records = [json.loads(line) for line in (job / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in records if r.get("kind") == "train"][1:]
+    start_record = next((r for r in records if r.get("kind") == "start"), {})
+    found.update({name: statistics.median(r[name] for r in train) for name in
+                  ("tokens_per_sec", "mfu", "hfu", "device_memory_peak_gib", "steps_per_sec")
+                  if all(name in r for r in train)})
+    found["hardware_flops_per_step"] = start_record.get("hardware_flops_per_step")
+    found["loss"] = train[-1].get("loss") if train else None
+    found["splash_fallbacks"] = [line for line in done.stderr.splitlines() if "not Splash" in line]
+    found.update(_compiled_figures(EXPERIMENTS[model], overrides))
+    return found
+
+
+def hand_run(model: str, policy: str) -> dict:
+    done = subprocess.run([sys.executable, str(HERE / "tpu_loop.py"), "--model", model,
+                           "--remat", policy], capture_output=True, text=True, timeout=600)
+    if done.returncode:
+        return {"step": f"hand-{model}-{policy}", "exit": done.returncode,
+                "stderr": done.stderr[-1500:]}
+    return {"step": f"hand-{model}-{policy}", "exit": 0,
+            **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def measure(args: argparse.Namespace) -> None:
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in args.steps.split(","):
+            kind, _, rest = name.partition("-")
+            if kind == "start":
+                result = start(Path(tmp))
+            elif kind == "parity":
+                result = parity()
+            elif kind == "pax":
+                model, _, policy = rest.partition("-")
+                result = pax_run(model, policy, Path(tmp), args.train_steps)
+            else:
+                model, _, policy = rest.partition("-")
+                result = hand_run(model, policy)
+            result["commit"] = args.commit
+            print(json.dumps(result), flush=True)
+            with open(out / "tpu_train.jsonl", "a") as f:
+                f.write(json.dumps(result) + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", default=",".join(DEFAULT_STEPS))
+    parser.add_argument("--commit", default="unknown")
+    parser.add_argument("--out", default=os.environ.get("OUT", "."))
+    parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--report", nargs="*")
+    args = parser.parse_args()
+    if args.report:
+        from tpu_report import write_report
+
+        write_report([Path(p) for p in args.report])
+    else:
+        measure(args)
+
+
+if __name__ == "__main__":
+    main()
