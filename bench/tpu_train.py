@@ -96,7 +96,7 @@ def parity() -> dict:
                for n, g, g_x in zip("qkv", grads, grads_x, strict=True)}}
 
 
-def _compiled_figures(experiment: str, overrides: list[str]) -> dict:
+def _compiled_figures(experiment: str, overrides: list[str], hlo_file: Path | None) -> dict:
     """The compiled train step's own FLOPs (loops in full, ``pax plan``'s reading) and the
     memory the compiler plans for it, compiled as `pax train` compiles it."""
     from pax_core.config.resolve import choose_experiment, configure
@@ -112,10 +112,13 @@ def _compiled_figures(experiment: str, overrides: list[str]) -> dict:
     run = build_run(host, configure(chosen), runtime.devices, read_data=False)
     compiled = run.compile_train_step(batch_spec=run.batch_spec)
     text = compiled.as_text()
+    if hlo_file is not None:
+        hlo_file.write_text(text)
     memory = compiled.memory_analysis()
-    costs = hlo.step_costs(text, run.partitioner.mesh.size)
-    return {"program_flops": sum(c.flops * c.executions for c in costs),
-            "hfu_flops": hardware_flops(compiled, run.partitioner.mesh.size),
+    costs = hlo.step_costs(text, run.partitioner.mesh.size)  # per device
+    devices = run.partitioner.mesh.size
+    return {"program_flops": sum(c.flops * c.executions for c in costs) * devices,
+            "hfu_flops": hardware_flops(compiled, devices),
             "xla_flops_once": compiled.cost_analysis().get("flops"),
             "while_loops": text.count(" while("),
             "trip_count_notes": text.count("known_trip_count"),
@@ -125,7 +128,7 @@ def _compiled_figures(experiment: str, overrides: list[str]) -> dict:
             / 2**30}
 
 
-def pax_run(model: str, policy: str, work: Path, steps: int) -> dict:
+def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | None) -> dict:
     job = work / f"pax-{model}-{policy}"
     overrides = [f"CHECKPOINT_POLICY={policy}", f"NUM_TRAIN_STEPS={steps}"]
     sets = [a for o in overrides for a in ("--set", o)]
@@ -145,7 +148,8 @@ def pax_run(model: str, policy: str, work: Path, steps: int) -> dict:
     found["hardware_flops_per_step"] = start_record.get("hardware_flops_per_step")
     found["loss"] = train[-1].get("loss") if train else None
     found["splash_fallbacks"] = [line for line in done.stderr.splitlines() if "not Splash" in line]
-    found.update(_compiled_figures(EXPERIMENTS[model], overrides))
+    hlo_file = hlo_dir / f"pax-{model}-{policy}.hlo" if hlo_dir else None
+    found.update(_compiled_figures(EXPERIMENTS[model], overrides, hlo_file))
     return found
 
 
@@ -171,7 +175,8 @@ def measure(args: argparse.Namespace) -> None:
                 result = parity()
             elif kind == "pax":
                 model, _, policy = rest.partition("-")
-                result = pax_run(model, policy, Path(tmp), args.train_steps)
+                result = pax_run(model, policy, Path(tmp), args.train_steps,
+                                 Path(args.hlo_dir) if args.hlo_dir else None)
             else:
                 model, _, policy = rest.partition("-")
                 result = hand_run(model, policy)
@@ -187,6 +192,7 @@ def main() -> None:
     parser.add_argument("--commit", default="unknown")
     parser.add_argument("--out", default=os.environ.get("OUT", "."))
     parser.add_argument("--train-steps", type=int, default=40)
+    parser.add_argument("--hlo-dir", help="where to write each Pax step's compiled HLO text")
     parser.add_argument("--report", nargs="*")
     args = parser.parse_args()
     if args.report:
