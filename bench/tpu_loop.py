@@ -141,7 +141,8 @@ def main() -> None:
     model_flops = args.batch * SEQ * (6 * weights + 12 * layers * heads * head_dims * SEQ)
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
-    in_use = jax.devices()[0].memory_stats().get("bytes_in_use", 0)
+    stats = jax.devices()[0].memory_stats() or {}
+    in_use = stats.get("bytes_in_use", 0)
     working = analysis.temp_size_in_bytes + max(
         0, analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
     print(json.dumps({
@@ -149,7 +150,11 @@ def main() -> None:
         "tokens_per_sec": args.batch * SEQ / step_sec, "step_sec": step_sec,
         "mfu": model_flops / step_sec / (args.peak_tflops * 1e12),
         "xla_flops_per_step": float(cost.get("flops", 0.0)),
-        "device_memory_peak_gib": (in_use + working) / 2**30, "loss": float(loss)}))
+        "device_memory_peak_gib": (in_use + working) / 2**30, "loss": float(loss),
+        "memory_stats_gib": {k: round(v / 2**30, 3) for k, v in stats.items()
+                             if isinstance(v, int) and "bytes" in k},
+        "memory_analysis_gib": {n: round(getattr(analysis, n) / 2**30, 3)
+                                for n in dir(analysis) if n.endswith("_in_bytes")}}))
 
 
 if __name__ == "__main__":

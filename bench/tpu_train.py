@@ -125,7 +125,15 @@ def _compiled_figures(experiment: str, overrides: list[str], hlo_file: Path | No
             "custom_calls": text.count("custom-call("),
             "program_peak_gib": (memory.argument_size_in_bytes + memory.temp_size_in_bytes
                                  + memory.output_size_in_bytes - memory.alias_size_in_bytes)
-            / 2**30}
+            / 2**30,
+            "memory_analysis_gib": _analysis_gib(memory),
+            "fitted": run.fitted}
+
+
+def _analysis_gib(memory) -> dict:
+    """Every size the compiler's memory analysis gives, in GiB."""
+    return {name: round(getattr(memory, name) / 2**30, 3) for name in dir(memory)
+            if name.endswith("_in_bytes") and isinstance(getattr(memory, name), int)}
 
 
 def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | None) -> dict:
@@ -146,6 +154,7 @@ def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | Non
                   ("tokens_per_sec", "mfu", "hfu", "device_memory_peak_gib", "steps_per_sec")
                   if all(name in r for r in train)})
     found["hardware_flops_per_step"] = start_record.get("hardware_flops_per_step")
+    found["fitted_in_run"] = start_record.get("fitted")
     found["loss"] = train[-1].get("loss") if train else None
     found["splash_fallbacks"] = [line for line in done.stderr.splitlines() if "not Splash" in line]
     hlo_file = hlo_dir / f"pax-{model}-{policy}.hlo" if hlo_dir else None

@@ -180,3 +180,29 @@ def test_a_loop_without_a_trip_count_note_is_counted_from_its_condition():
     unnoted = scanned.replace('"known_trip_count":{"n":"4"}', '"n":"4"')
     assert unnoted != scanned
     assert loop_correction(unnoted) == pytest.approx(loop_correction(scanned))
+
+
+# Two forms of the TPU compiler's: a projection to 16 heads written as a convolution whose
+# window slides over padding (one tap of 16 touches the input), and a Splash kernel's call.
+TPU_FORMS = """HloModule tpu_forms
+
+ENTRY %main (x: bf16[8,2048,1024,1], w: bf16[1024,16,64,1], q: bf16[8,16,2048,64], k: bf16[8,4,2048,64]) -> bf16[8,2048,16,64] {
+  %x = bf16[8,2048,1024,1]{3,2,1,0} parameter(0)
+  %w = bf16[1024,16,64,1]{3,2,1,0} parameter(1)
+  %q = bf16[8,16,2048,64]{3,2,1,0} parameter(2)
+  %k = bf16[8,4,2048,64]{3,2,1,0} parameter(3)
+  %splash_mha_dkv_no_residuals.1 = (bf16[8,4,2048,64]{3,2,1,0}) custom-call(%q, %k, %k), custom_call_target="tpu_custom_call"
+  ROOT %convolution.1 = bf16[8,2048,16,64]{3,2,1,0} convolution(%x, %w), window={size=1x16 pad=0_0x15_15 rhs_reversal=0x1}, dim_labels=0bf1_i1o0->0b1f
+}
+"""  # noqa: E501
+
+
+def test_the_tpu_s_padded_convolutions_and_splash_kernels_count_their_real_work():
+    from pax_core.speed import hlo
+
+    costs = {c.name: c.flops for c in hlo.step_costs(TPU_FORMS, 1)}
+    assert costs["convolution.1"] == 2 * (8 * 2048) * 1024 * (16 * 64)  # the projection's
+    # The key and value gradients: 4 products of [2048, 2048] x 64 for each of 16 query heads.
+    splash = 2 * 4 * 8 * 16 * 2048 * 2048 * 64
+    assert costs["splash_mha_dkv_no_residuals.1"] == splash
+    assert loop_correction(TPU_FORMS) == splash  # XLA has no cost for the kernel

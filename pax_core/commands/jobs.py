@@ -34,6 +34,7 @@ from pax_core.plugins.records import Registered
 from pax_core.plugins.versions import library_versions
 from pax_core.run.build import Run, build_run, restore_or_init
 from pax_core.run.evaluation import Evaluator
+from pax_core.run.fitting import build_fitted_run
 from pax_core.run.jobdir import JobDir
 from pax_core.run.logfile import library_logs
 from pax_core.run.loop import TrainLoop, TrainLoopOptions
@@ -54,16 +55,22 @@ def config_text(resolved: ResolvedExperiment, host: PluginHost) -> str:
 
 def prepare_run(host: PluginHost, exp: str, plugin: str | None, set_items: list[str],
                 job_dir: JobDir, platform: str | None, distributed: DistributedOptions | None,
-                config_file: str | None = None, read_data: bool = True) -> Run:
+                config_file: str | None = None, read_data: bool = True,
+                trains: bool = False) -> Run:
     """The run of ``exp`` for ``job_dir``, with JAX started as the experiment wants it
-    (``read_data``: see ``build_run``)."""
+    (``read_data``: see ``build_run``); a run that ``trains`` fits the experiment's ``auto``
+    constants to the devices' memory (``pax_core.run.fitting``), others take its defaults."""
     chosen = choose_experiment(host, exp, plugin, set_items)
     job_dir.check_same_experiment(chosen.name)
     # The config is made once JAX has started as the presets and processes want it, since an
     # experiment may ask JAX for its devices while it makes its config.
     runtime = start_runtime(host, platform, chosen.experiment, distributed)
     check_same_software(host)
-    run = build_run(host, configure(chosen, config_file), runtime.devices, read_data=read_data)
+    if trains:
+        run = build_fitted_run(host, chosen, config_file, runtime.devices, read_data)
+    else:
+        run = build_run(host, configure(chosen, config_file), runtime.devices,
+                        read_data=read_data)
     run.presets = [s.as_text() for s in runtime.settings]
     run.compilation_cache = runtime.compilation_cache
     return run
@@ -154,7 +161,8 @@ def run_training(host: PluginHost, *, exp: str | None, plugin: str | None,
         config_file = config_file or recorded_file
     if jd.remote:  # it makes nothing there (one object written and removed): it can go first
         jd.create()
-    run = prepare_run(host, exp, plugin, set_items, jd, platform, distributed, config_file)
+    run = prepare_run(host, exp, plugin, set_items, jd, platform, distributed, config_file,
+                      trains=True)
     if not jd.remote:  # a local one is made only once everything else is checked
         jd.create()
     primary = jax.process_index() == 0

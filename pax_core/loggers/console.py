@@ -126,6 +126,8 @@ class ConsoleLogger(Logger):
             self._print(f"placement: {hparams['placement']}")
         for line in hparams.get("presets", []):
             self._print(f"preset {line}")
+        for line in hparams.get("fitted", []):
+            self._print(f"fitted {line}")
         # ``reset`` rather than ``update`` so the steps restored from a checkpoint do not count
         # towards the speed behind the time remaining.
         self._bar.reset(self._task, total=num_train_steps, completed=start_step,

@@ -194,10 +194,11 @@ def pax_register_backends() -> list[Component]:
     ``UsageError``), ``check_program(devices, program)`` sees the run's traced initialisation
     before anything compiles (refuse what the devices cannot run: the gpu backend refuses FP8
     before Ada/Hopper), and ``attention(...)`` serves ``pax_core.dot_product_attention`` on that
-    platform (a fused kernel where the platform has one: Splash on TPUs, cuDNN's with pax-gpu). With ``--platform`` or
-    ``JAX_PLATFORMS`` only that platform's backend prepares; otherwise every installed one
-    does, since the platform is known only once JAX has started. A platform without a backend
-    runs with JAX's defaults; a plugin's backend replaces the built-in one of its platform.
+    platform (a fused kernel where the platform has one: Splash on TPUs, cuDNN's with
+    pax-gpu). With ``--platform`` or ``JAX_PLATFORMS`` only that platform's backend prepares;
+    otherwise every installed one does, since the platform is known only once JAX has
+    started. A platform without a backend runs with JAX's defaults; a plugin's backend
+    replaces the built-in one of its platform.
     Built in: ``cpu``, ``tpu``.
 
     Example::

@@ -99,6 +99,10 @@ class Run:
     presets: list[str] = dataclasses.field(default_factory=list)
     # Where compiled programs are cached (``pax_core.run.compilation_cache``), or "off".
     compilation_cache: str = "off"
+    # The train step for ``batch_spec``, where it was compiled while the run was built (to
+    # fit an ``auto`` constant to the devices: ``pax_core.run.fitting``), and what that chose.
+    first_step: Any = None
+    fitted: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def task(self) -> Task:

@@ -47,7 +47,11 @@ class TrainSteps:
     def _compile(self, batch_spec: dict[str, jax.ShapeDtypeStruct]) -> tuple[Any, StepFlops]:
         started = time.perf_counter()
         try:
-            compiled = self.run.compile_train_step(batch_spec=batch_spec)
+            if self.run.first_step is not None and shape_key(batch_spec) == shape_key(
+                    self.run.batch_spec):
+                compiled = self.run.first_step  # compiled while the run was fitted
+            else:
+                compiled = self.run.compile_train_step(batch_spec=batch_spec)
         except PaxError:
             raise
         except Exception as e:

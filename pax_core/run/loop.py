@@ -318,6 +318,7 @@ class TrainLoop:
             "mesh_layout": self.run.mesh_layout,
             "compilation_cache": self.run.compilation_cache,
             **({"presets": self.run.presets} if self.run.presets else {}),
+            **({"fitted": self.run.fitted} if self.run.fitted else {}),
             **({"eval_metric": f"eval/{self.run.eval_inputs[0].name} {train.eval_metric}"}
                if self.evaluates else {}),
             **({"verbose": True} if self.verbose else {}),

@@ -8,11 +8,13 @@ Two numbers, for two utilisations:
   how busy the chips are, recomputation included.
 
 XLA's cost analysis counts a ``while`` loop's body once, whatever its trip count, and scanned
-layers and microbatch accumulation both compile to such loops. ``hardware_flops`` adds the
-missing iterations from the compiled HLO: for every loop with a known trip count it counts what
-its body runs (matrix products as 2 x output x contracted size, elementwise arithmetic and
-reductions as one FLOP per element, as XLA does; a padded convolution's taps on the padding are
-counted, which XLA leaves out) and adds that ``trip count - 1`` more times.
+layers and microbatch accumulation both compile to such loops; and it has no cost for a Pallas
+kernel's custom call (Splash attention on TPUs). ``hardware_flops`` adds what it misses from the
+compiled HLO: for every loop with a known trip count it counts what its body runs (matrix
+products as 2 x output x contracted size, elementwise arithmetic and reductions as one FLOP per
+element, as XLA does; a padded convolution's taps on the padding are counted, which XLA leaves
+out) and adds that ``trip count - 1`` more times, and it counts every execution of a kernel by
+``pax_core.speed.hlo.kernel_flops``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,8 @@ def _own_flops(module: hlo.Module, comp: hlo.Computation) -> float:
 
 
 def loop_correction(hlo_text: str) -> float:
-    """The FLOPs of loop iterations after the first, which XLA's analysis leaves out."""
+    """The FLOPs XLA's analysis leaves out: loop iterations after the first, and every
+    execution of a fused kernel it has no cost for (``hlo.kernel_flops``: Splash attention)."""
     module = hlo.parse(hlo_text)
     totals: dict[str, tuple[float, float]] = {}
 
@@ -69,7 +72,8 @@ def loop_correction(hlo_text: str) -> float:
         comp = module.computations.get(name)
         if comp is None:
             return totals[name]
-        flops, missed = _own_flops(module, comp), 0.0
+        kernels = sum(hlo.kernel_flops(module, comp, i) for i in comp.instructions.values())
+        flops, missed = _own_flops(module, comp) + kernels, kernels
         for instruction in comp.instructions.values():
             loop = hlo.loop_of(module, instruction)
             if loop is not None:
@@ -105,9 +109,7 @@ def hardware_flops(compiled: Any, num_devices: int) -> float | None:
         text = compiled.as_text()
     except Exception:  # a backend without cost analysis or HLO text: no HFU, not a failure
         return None
-    if " while(" in text:
-        per_device += loop_correction(text)
-    return per_device * num_devices
+    return (per_device + loop_correction(text)) * num_devices
 
 
 def model_flops(model: Any, batch_spec: dict[str, jax.ShapeDtypeStruct]

@@ -37,8 +37,14 @@ _BODY = re.compile(r"body=%([\w.\-]+)")
 _CONDITION = re.compile(r"condition=%([\w.\-]+)")
 _TRIP_COUNT = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 _LHS_CONTRACTING = re.compile(r"lhs_contracting_dims=\{([\d,]*)\}")
-_WINDOW_SIZE = re.compile(r"window=\{size=([\dx]+)")
+_WINDOW = re.compile(r"window=\{([^}]*)\}")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
+_DIM_LABELS = re.compile(r"dim_labels=(\w+)_(\w+)->(\w+)")
+# Splash attention's Pallas kernels, by the name XLA gives their custom calls, with how many
+# [T, S] x H matrix products each computes: the forward pass (scores, then values), the query
+# gradient (scores, probabilities' gradient, then queries') and the key and value gradients
+# (scores, values', probabilities', keys').
+_SPLASH_PRODUCTS = {"splash_mha_fwd": 2, "splash_mha_dq": 3, "splash_mha_dkv": 4}
 
 # Bytes per element; 4-bit types are counted as half a byte.
 _ITEM_BYTES = {"pred": 1, "token": 0, "bf16": 2, "f16": 2, "c64": 8, "c128": 16}
@@ -264,13 +270,64 @@ def product_flops(module: Module, comp: Computation, instruction: Instruction) -
         if contracting is None or not lhs:
             return 0.0
         return 2.0 * out * math.prod(lhs[int(d)] for d in contracting.group(1).split(",") if d)
-    window = _WINDOW_SIZE.search(instruction.attributes)
     kernel = shape_dims(module.shape_of(comp, operands[1])) if len(operands) > 1 else []
-    if not kernel:
+    labels = _DIM_LABELS.search(instruction.attributes)
+    lhs = shape_dims(module.shape_of(comp, operands[0])) if operands else []
+    if not kernel or not labels or not lhs:
         return 0.0
-    spatial = math.prod(int(s) for s in window.group(1).split("x")) if window else 1
-    in_features = math.prod(kernel) // max(spatial, 1) // max(kernel[-1], 1)
-    return 2.0 * out * spatial * in_features
+    return 2.0 * _convolution_macs(lhs, kernel, shape_dims(instruction.shape),
+                                   labels.groups(), instruction.attributes)
+
+
+def _convolution_macs(lhs: list[int], kernel: list[int], out: list[int],
+                      labels: tuple[str, str, str], attributes: str) -> float:
+    """Multiply-adds of a convolution that touch its input, not its padding (XLA's count).
+
+    The TPU compiler writes matrix products as convolutions, some with a padded window over
+    the heads (``window={size=1x16 pad=0_0x15_15}``), whose taps fall on the padding but for
+    one in each output position: counting every tap would count 16 times the work."""
+    lhs_labels, rhs_labels, out_labels = labels
+    if len(lhs_labels) != len(lhs) or len(rhs_labels) != len(kernel) or len(
+            out_labels) != len(out) or "i" not in rhs_labels:
+        return 0.0
+    spatial = sorted(c for c in rhs_labels if c.isdigit())
+    window = _WINDOW.search(attributes)
+    fields = dict(re.findall(r"(\w+)=([\w\-]+)", window.group(1))) if window else {}
+    pads = [tuple(int(p) for p in pair.split("_")) for pair in fields["pad"].split("x")] \
+        if "pad" in fields else [(0, 0)] * len(spatial)
+
+    def each(name: str) -> list[int]:
+        return [int(x) for x in fields[name].split("x")] if name in fields else [1] * len(spatial)
+
+    strides, lhs_dilation, rhs_dilation = each("stride"), each("lhs_dilate"), each("rhs_dilate")
+    macs = math.prod(out) * kernel[rhs_labels.index("i")]
+    for d, label in enumerate(spatial):
+        size, taps = lhs[lhs_labels.index(label)], kernel[rhs_labels.index(label)]
+        positions, low, step = out[out_labels.index(label)], pads[d][0], lhs_dilation[d]
+        touching = sum(1 for o in range(positions) for k in range(taps)
+                       if 0 <= (i := o * strides[d] + k * rhs_dilation[d] - low)
+                       <= (size - 1) * step and i % step == 0)
+        macs *= touching / positions
+    return macs
+
+
+def kernel_flops(module: Module, comp: Computation, instruction: Instruction) -> float:
+    """FLOPs of a fused kernel's custom call that XLA has no cost for: a Splash attention
+    kernel counts as the dense products it stands for, 2 x B x N x T x S x H each (the blocks
+    its mask skips are counted, as the model's formula counts attention), from its query
+    [B, N, T, H] and key [B, K, S, H] operands; 0 for any other."""
+    if instruction.opcode != "custom-call":
+        return 0.0
+    products = next((n for prefix, n in _SPLASH_PRODUCTS.items()
+                     if instruction.name.startswith(prefix)), 0)
+    if not products:
+        return 0.0
+    tensors = [dims for dims in (shape_dims(module.shape_of(comp, o))
+                                 for o in instruction.operands) if len(dims) == 4]
+    if len(tensors) < 2:
+        return 0.0
+    (batch, heads, length, dims), keys = tensors[0], tensors[1]
+    return 2.0 * products * batch * heads * length * keys[2] * dims
 
 
 def _fused_flops(module: Module, name: str) -> float:
@@ -443,6 +500,8 @@ def _compared_bound(module: Module, name: str, passed: dict[int, str | None]) ->
 def _flops(module: Module, comp: Computation, instruction: Instruction) -> float:
     if instruction.opcode in ("dot", "convolution"):
         return product_flops(module, comp, instruction)
+    if instruction.opcode == "custom-call":
+        return kernel_flops(module, comp, instruction)
     if instruction.opcode == "fusion":
         return sum(_fused_flops(module, c) for c in instruction.called())
     return 0.0

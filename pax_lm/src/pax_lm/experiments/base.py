@@ -16,6 +16,13 @@ from pax_core import SingleTaskExperiment, SyntheticInput, Train, UsageError, ax
 from pax_lm.models import LanguageModel
 from pax_transformer import ADAPTER_WEIGHTS, MoeFeedForward, TransformerLm
 
+# The remat policies ``CHECKPOINT_POLICY="auto"`` chooses from, the most memory (the least
+# recomputation) first: none, every matrix product's output, the attention's projections and
+# context, its projections, its context and output, nothing.
+REMAT_BY_MEMORY: tuple[str | None, ...] = (
+    None, "SAVE_DOT_ONLY", "SAVE_DOT_FOR_MLPERF_200B", "SAVE_QKV_OUT_PROJ",
+    "SAVE_CONTEXT_AND_OUT_PROJ", "SAVE_NOTHING")
+
 
 class TransformerLmExperiment(SingleTaskExperiment):
     """A decoder-only LM trained with Adam; Pax's model-mixin defaults.
@@ -53,7 +60,10 @@ class TransformerLmExperiment(SingleTaskExperiment):
     INIT_STD: float | None = None
     DROPOUT_PROB = 0.0
     USE_REPEATED_LAYER = False
-    CHECKPOINT_POLICY: str | None = "SAVE_NOTHING"
+    # A remat policy by Pax's name, None for none, or "auto": on devices with a memory limit
+    # the least recomputation whose compiled step fits (REMAT_BY_MEMORY, pax_core's fitting),
+    # elsewhere (the host CPU) Pax's default, SAVE_NOTHING.
+    CHECKPOINT_POLICY: str | None = "auto"
     FPROP_DTYPE = "bfloat16"
     USE_FP8 = False  # the blocks' projections in FP8 (delayed scaling), for Hopper-class GPUs
     FP8_AMAX_HISTORY_LENGTH = 1024
@@ -130,6 +140,10 @@ class TransformerLmExperiment(SingleTaskExperiment):
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE: list[int] | None = [1, 1, 1]
 
+    def auto_choices(self) -> dict[str, tuple[str | None, ...]]:
+        """What ``auto`` constants may become, most memory first (pax_core's fitting)."""
+        return {"CHECKPOINT_POLICY": REMAT_BY_MEMORY}
+
     def _mesh_axis_size(self, name: str) -> int:
         """How many devices the declared mesh's axis ``name`` spans (1 without one)."""
         if self.ICI_MESH_SHAPE is None or name not in self.MESH_AXIS_NAMES:
@@ -177,7 +191,8 @@ class TransformerLmExperiment(SingleTaskExperiment):
             dropout_rate=self.DROPOUT_PROB,
             init_std=self.INIT_STD,
             scan_layers=self.USE_REPEATED_LAYER,
-            remat_policy=self.CHECKPOINT_POLICY,
+            remat_policy=("SAVE_NOTHING" if self.CHECKPOINT_POLICY == "auto"
+                          else self.CHECKPOINT_POLICY),
             dtype=self.FPROP_DTYPE,
             fp8=self.USE_FP8,
             fp8_amax_history=self.FP8_AMAX_HISTORY_LENGTH,

@@ -1,0 +1,114 @@
+"""Constants an experiment leaves to the devices: ``auto``, resolved when a run trains to the
+first of the experiment's candidates whose compiled train step fits a device's memory.
+
+Why by compiling: what a step holds at its peak (the activations its rematerialisation keeps,
+the temporaries the compiler plans) is known exactly only to the backend's compiler, for this
+mesh, batch and model; a formula would be wrong on the next model. An experiment offers the
+choices with ``auto_choices()`` (``{constant: candidates}``, most memory first: the LM
+experiments' ``CHECKPOINT_POLICY`` from no rematerialisation to all of it), and the first that
+fits is found by bisection (the candidates' memory falling along the list), compiling about
+log2(n) of them. A candidate fits when its compilation does not run out of memory and its
+arguments and temporaries, by the compiler's memory analysis, fit the smallest device's limit.
+The compiled step of the one chosen is the run's first: nothing compiles twice.
+
+On devices that report no memory limit (the host CPU) nothing is tried: the constant stays
+``auto``, which the experiment reads as its own default.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+
+from pax_core.config.resolve import ChosenExperiment, configure
+from pax_core.errors import UsageError, first_line
+from pax_core.plugins.host import PluginHost
+from pax_core.run.build import Run, build_run
+
+AUTO = "auto"
+GIB = 2**30
+
+
+def device_memory_limit(devices: Sequence[Any]) -> int | None:
+    """The smallest memory limit of ``devices``; None where none reports one."""
+    limits = []
+    for device in devices:
+        try:
+            stats = device.memory_stats() or {}
+        except Exception:  # a runtime without the call
+            stats = {}
+        if stats.get("bytes_limit"):
+            limits.append(int(stats["bytes_limit"]))
+    return min(limits) if limits else None
+
+
+def planned_bytes(compiled: Any) -> int:
+    """A device's arguments and temporaries in a compiled step, by the compiler's analysis."""
+    analysis = compiled.memory_analysis()
+    return int(analysis.argument_size_in_bytes + analysis.temp_size_in_bytes)
+
+
+def auto_constants(experiment: Any) -> dict[str, Sequence[Any]]:
+    """The experiment's constants that are ``auto``, with their candidates."""
+    offered = getattr(experiment, "auto_choices", None)
+    return {name: candidates for name, candidates in (offered() if offered else {}).items()
+            if getattr(experiment, name) == AUTO}
+
+
+def build_fitted_run(host: PluginHost, chosen: ChosenExperiment, config_file: str | None,
+                     devices: list[jax.Device], read_data: bool = True) -> Run:
+    """``build_run`` of ``chosen``, its ``auto`` constants resolved to the devices' memory
+    (``Run.fitted`` says what was chosen and why)."""
+    auto = auto_constants(chosen.experiment)
+    limit = device_memory_limit(devices)
+    if not auto or limit is None:
+        return build_run(host, configure(chosen, config_file), devices, read_data=read_data)
+    run = None
+    for name, candidates in auto.items():
+        run = _fit(host, chosen, config_file, devices, read_data, name, list(candidates), limit)
+    assert run is not None
+    return run
+
+
+def _fit(host: PluginHost, chosen: ChosenExperiment, config_file: str | None,
+         devices: list[jax.Device], read_data: bool, name: str, candidates: list[Any],
+         limit: int) -> Run:
+    tried: dict[int, tuple[Run | None, Any, str]] = {}  # index: (run if it fits, step, why)
+
+    def attempt(index: int) -> bool:
+        setattr(chosen.experiment, name, candidates[index])
+        run = build_run(host, configure(chosen, config_file), devices, read_data=read_data)
+        try:
+            compiled = run.compile_train_step()
+        except Exception as e:  # the compiler's own verdict
+            if "RESOURCE_EXHAUSTED" not in str(e):
+                raise
+            tried[index] = (None, None, f"out of memory ({first_line(e, 120)})")
+            return False
+        needed = planned_bytes(compiled)
+        fits = needed <= limit
+        tried[index] = (run if fits else None, compiled, f"{needed / GIB:.1f} GiB")
+        return fits
+
+    low, high = 0, len(candidates)  # the first fitting index lies in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if attempt(middle):
+            high = middle
+        else:
+            low = middle + 1
+    said = "; ".join(f"{candidates[i]} {tried[i][2]}" for i in sorted(tried))
+    if low == len(candidates):
+        setattr(chosen.experiment, name, AUTO)
+        raise UsageError(f"{name}=auto: no choice fits a device's {limit / GIB:.1f} GiB "
+                         f"({said}); lower PERCORE_BATCH_SIZE, or spread the model over more "
+                         f"devices (ICI_MESH_SHAPE)")
+    run, compiled, _ = tried[low]
+    assert run is not None
+    setattr(chosen.experiment, name, candidates[low])
+    run.first_step = compiled
+    run.fitted.append(f"{name}=auto chose {candidates[low]} for {limit / GIB:.1f} GiB a "
+                      f"device (tried {said})")
+    return run
