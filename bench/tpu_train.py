@@ -98,10 +98,10 @@ def parity() -> dict:
 
 def _compiled_figures(experiment: str, overrides: list[str], hlo_file: Path | None) -> dict:
     """The compiled train step's own FLOPs (loops in full, ``pax plan``'s reading) and the
-    memory the compiler plans for it, compiled as `pax train` compiles it."""
-    from pax_core.config.resolve import choose_experiment, configure
+    memory the compiler plans for it, compiled (and fitted) as `pax train` compiles it."""
+    from pax_core.config.resolve import choose_experiment
     from pax_core.plugins.host import PluginHost, PluginSelection
-    from pax_core.run.build import build_run
+    from pax_core.run.fitting import build_fitted_run
     from pax_core.run.runtime import start_runtime
     from pax_core.speed import hlo
     from pax_core.speed.flops import hardware_flops
@@ -109,8 +109,8 @@ def _compiled_figures(experiment: str, overrides: list[str], hlo_file: Path | No
     host = PluginHost(PluginSelection.from_env())
     chosen = choose_experiment(host, experiment, "lm", overrides)
     runtime = start_runtime(host, None, chosen.experiment)
-    run = build_run(host, configure(chosen), runtime.devices, read_data=False)
-    compiled = run.compile_train_step(batch_spec=run.batch_spec)
+    run = build_fitted_run(host, chosen, None, runtime.devices, read_data=False)
+    compiled = run.first_step or run.compile_train_step()
     text = compiled.as_text()
     if hlo_file is not None:
         hlo_file.write_text(text)
