@@ -23,7 +23,7 @@ from typing import Any
 import jax
 
 from pax_core.config.resolve import ChosenExperiment, configure
-from pax_core.errors import UsageError, first_line
+from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import Run, build_run
 
@@ -45,9 +45,12 @@ def device_memory_limit(devices: Sequence[Any]) -> int | None:
 
 
 def planned_bytes(compiled: Any) -> int:
-    """A device's arguments and temporaries in a compiled step, by the compiler's analysis."""
+    """A device's memory at the compiled step's peak, by the compiler's analysis: its own peak
+    where it gives one (TPUs: what is live at once, of arguments and temporaries), else the
+    arguments and every temporary."""
     analysis = compiled.memory_analysis()
-    return int(analysis.argument_size_in_bytes + analysis.temp_size_in_bytes)
+    peak = getattr(analysis, "peak_memory_in_bytes", 0)
+    return int(peak or analysis.argument_size_in_bytes + analysis.temp_size_in_bytes)
 
 
 def auto_constants(experiment: Any) -> dict[str, Sequence[Any]]:
@@ -85,7 +88,7 @@ def _fit(host: PluginHost, chosen: ChosenExperiment, config_file: str | None,
         except Exception as e:  # the compiler's own verdict
             if "RESOURCE_EXHAUSTED" not in str(e):
                 raise
-            tried[index] = (None, None, f"out of memory ({first_line(e, 120)})")
+            tried[index] = (None, None, "out of memory compiling")
             return False
         needed = planned_bytes(compiled)
         fits = needed <= limit
