@@ -199,6 +199,64 @@ def measure(args: argparse.Namespace) -> None:
         f.write(json.dumps(result) + "\n")
 
 
+def write_report(files: list[Path]) -> None:
+    """bench/results/tpu_train.{json,md} from the JSON lines the chip wrote."""
+    import report
+
+    rows = [json.loads(line) for f in files for line in f.read_text().splitlines() if line]
+    rows = [r for r in rows if r.get("exit", 0) == 0 or r["step"] in ("start",)]
+    speed = [r for r in rows if r["step"].startswith(("pax-", "hand-"))]
+    lines = ["| run | remat | tokens/s | MFU | HFU | HFU's FLOPs / program's | memory GiB "
+             "logged | compiler's peak GiB | commit |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in speed:
+        remat = (r.get("fitted_in_run") or [r["step"].split("-", 2)[2]])[0]
+        remat = remat.split(" chose ")[1].split(" for ")[0] if " chose " in remat else remat
+        agree = (f"{r['hfu_flops'] / r['program_flops']:.4f}" if r.get("program_flops")
+                 else "")
+        hfu = f"{r['hfu']:.3f}" if "hfu" in r else ""
+        peak = r.get("memory_analysis_gib", {}).get("peak_memory_in_bytes")
+        lines.append(f"| {r['step'].rsplit('-', 1)[0]} | {remat} | {r['tokens_per_sec']:,.0f} | "
+                     f"{r['mfu']:.3f} | {hfu} | {agree} | {r['device_memory_peak_gib']:.2f} | "
+                     f"{'' if peak is None else f'{peak:.2f}'} | {r['commit']} |")
+    lines.append(
+        "\nHFU and memory as each commit logged them: before 749f4cd HFU counted the TPU's "
+        "convolution-written products by every tap of their padded windows (16x a projection's "
+        "work). In every row the logged memory adds a step's temporaries whole to what is in "
+        "use, more than the TPU compiler's own peak (the last column): the commit after "
+        "1458c22 logs that peak, and auto fits by it from 1458c22 on (66f98d6 fitted by "
+        "arguments and temporaries, and so passed over SAVE_QKV_OUT_PROJ). Memory GiB of the "
+        "hand-written loop: what is in use plus its temporaries.")
+    ratios = {}
+    for model in EXPERIMENTS:
+        pax = [r for r in speed if r["step"].startswith(f"pax-{model}-")]
+        hand = [r for r in speed if r["step"].startswith(f"hand-{model}-")]
+        if pax and hand:
+            best = max(hand, key=lambda r: r["tokens_per_sec"])
+            newest = pax[-1]
+            ratios[model] = newest["tokens_per_sec"] / best["tokens_per_sec"]
+            lines.append(f"\n{EXPERIMENTS[model]}: Pax ({newest['commit']}) at "
+                         f"{ratios[model]:.3f}x the tokens/s of the hand-written loop at its "
+                         f"best remat ({best['step']}, {best['tokens_per_sec']:,.0f}).")
+    if ratios:
+        weakest = min(ratios, key=ratios.get)
+        lines.append(f"\nWeakest ratio: {ratios[weakest]:.3f}x ({EXPERIMENTS[weakest]}).")
+    for r in rows:
+        if r["step"] == "parity":
+            lines.append(f"\nSplash against XLA at {r['shape']} (float32, highest precision, "
+                         f"{r['commit']}): output {r['output_rel_error']:.1e}, dq "
+                         f"{r['dq_rel_error']:.1e}, dk {r['dk_rel_error']:.1e}, dv "
+                         f"{r['dv_rel_error']:.1e} of the largest value.")
+        if r["step"] == "start":
+            lines.append(f"\nNo flags on the one-host TPU VM ({r['commit']}): pax train exit "
+                         f"{r['train_exit']}, pax decode exit {r['decode_exit']}.")
+    lines.append("\nMeasured on one TPU v5e chip at the commit of each row (the chip's copy of "
+                 "that commit's checkout), by `python bench/tpu_train.py --commit C --steps "
+                 "...`; this table by `python bench/tpu_train.py --report "
+                 "bench/data/tpu_train_runs.jsonl`.")
+    report.save("tpu_train", {"commit": "each row's", "rows": rows, "ratios": ratios},
+                "\n".join(lines))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", default=",".join(DEFAULT_STEPS))
@@ -209,8 +267,6 @@ def main() -> None:
     parser.add_argument("--report", nargs="*")
     args = parser.parse_args()
     if args.report:
-        from tpu_report import write_report
-
         write_report([Path(p) for p in args.report])
     else:
         measure(args)

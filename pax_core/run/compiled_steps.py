@@ -60,7 +60,8 @@ class TrainSteps:
         flops = step_flops(self.run.task.model, batch_spec, compiled,
                            self.run.partitioner.mesh.size)
         self._compiled[shape_key(batch_spec)] = (compiled, flops)
-        self.working_bytes = max(self.working_bytes, step_working_bytes(compiled))
+        platform = self.run.partitioner.mesh.devices.flat[0].platform
+        self.working_bytes = max(self.working_bytes, step_working_bytes(compiled, platform))
         return compiled, flops
 
     def __call__(self, state: Any, batch: dict[str, jax.Array]) -> Any:

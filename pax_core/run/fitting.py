@@ -7,8 +7,9 @@ mesh, batch and model; a formula would be wrong on the next model. An experiment
 choices with ``auto_choices()`` (``{constant: candidates}``, most memory first: the LM
 experiments' ``CHECKPOINT_POLICY`` from no rematerialisation to all of it), and the first that
 fits is found by bisection (the candidates' memory falling along the list), compiling about
-log2(n) of them. A candidate fits when its compilation does not run out of memory and its
-arguments and temporaries, by the compiler's memory analysis, fit the smallest device's limit.
+log2(n) of them. A candidate fits when its compilation does not run out of memory and its peak
+by the compiler's memory analysis (``pax_core.run.memory_use.planned_peak_bytes``) fits the
+smallest device's limit.
 The compiled step of the one chosen is the run's first: nothing compiles twice.
 
 On devices that report no memory limit (the host CPU) nothing is tried: the constant stays
@@ -26,9 +27,9 @@ from pax_core.config.resolve import ChosenExperiment, configure
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import Run, build_run
+from pax_core.run.memory_use import GIB, planned_peak_bytes
 
 AUTO = "auto"
-GIB = 2**30
 
 
 def device_memory_limit(devices: Sequence[Any]) -> int | None:
@@ -42,15 +43,6 @@ def device_memory_limit(devices: Sequence[Any]) -> int | None:
         if stats.get("bytes_limit"):
             limits.append(int(stats["bytes_limit"]))
     return min(limits) if limits else None
-
-
-def planned_bytes(compiled: Any) -> int:
-    """A device's memory at the compiled step's peak, by the compiler's analysis: its own peak
-    where it gives one (TPUs: what is live at once, of arguments and temporaries), else the
-    arguments and every temporary."""
-    analysis = compiled.memory_analysis()
-    peak = getattr(analysis, "peak_memory_in_bytes", 0)
-    return int(peak or analysis.argument_size_in_bytes + analysis.temp_size_in_bytes)
 
 
 def auto_constants(experiment: Any) -> dict[str, Sequence[Any]]:
@@ -90,7 +82,7 @@ def _fit(host: PluginHost, chosen: ChosenExperiment, config_file: str | None,
                 raise
             tried[index] = (None, None, "out of memory compiling")
             return False
-        needed = planned_bytes(compiled)
+        needed = planned_peak_bytes(compiled, devices[0].platform)
         fits = needed <= limit
         tried[index] = (run if fits else None, compiled, f"{needed / GIB:.1f} GiB")
         return fits

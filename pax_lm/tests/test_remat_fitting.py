@@ -18,6 +18,7 @@ from pax_core.commands.plan import ANALYSIS_ONLY
 from pax_core.config.resolve import choose_experiment, configure
 from pax_core.run import fitting
 from pax_core.run.build import Run, build_run
+from pax_core.run.memory_use import planned_peak_bytes
 from pax_core.testing import isolated_host, read_metrics
 from pax_lm.experiments.base import REMAT_BY_MEMORY
 
@@ -40,8 +41,8 @@ def needs() -> dict[str | None, int]:
                                    [*SMALL, f"CHECKPOINT_POLICY={policy}"])
         run = build_run(host, configure(chosen), jax.devices(), read_data=False)
         # Compiled for analysis only: the same buffers, sooner (pax plan's compile).
-        found[policy] = fitting.planned_bytes(
-            run.compile_train_step(compiler_options=ANALYSIS_ONLY))
+        found[policy] = planned_peak_bytes(
+            run.compile_train_step(compiler_options=ANALYSIS_ONLY), "cpu")
     return found
 
 
