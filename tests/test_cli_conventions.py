@@ -292,3 +292,16 @@ def test_other_api_ranges_are_left_to_packaging(declared):
     from pax_core.plugins.versions import _plain_range_contains
 
     assert _plain_range_contains(declared, "1.17.0") is None
+
+
+def test_devices_jax_cannot_start_unasked_are_one_line_naming_a_way_out(monkeypatch):
+    """No platform asked for, and JAX's own choice fails: a TPU another process holds."""
+    from pax_core.run.runtime import _unavailable
+
+    monkeypatch.delenv("JAX_PLATFORMS", raising=False)
+    held = RuntimeError("Unable to initialize backend 'tpu': ABORTED: Internal error when "
+                        "accessing libtpu multi-process lockfile.\nmore")
+    assert _unavailable(None, None, held) == (
+        "JAX could not start the devices here (Unable to initialize backend 'tpu': ABORTED: "
+        "Internal error when accessing libtpu multi-process lockfile.); if another process "
+        "holds the accelerator, end it, or run on the CPU with --platform cpu")

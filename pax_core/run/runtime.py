@@ -87,6 +87,10 @@ _INSTALL = {
 def _unavailable(name: str | None, platform: str | None, error: RuntimeError) -> str:
     """One line for a platform JAX cannot start: where it was asked for, what JAX has instead,
     and what to do about it."""
+    if name is None:  # none was asked for: JAX's own choice failed (a TPU another process holds)
+        return (f"JAX could not start the devices here ({str(error).splitlines()[0]}); if "
+                f"another process holds the accelerator, end it, or run on the CPU with "
+                f"--platform cpu")
     asked = (f"--platform {platform}" if platform
              else f"JAX_PLATFORMS={os.environ.get('JAX_PLATFORMS', '')}")
     remedy = _INSTALL.get(name or "", "")
