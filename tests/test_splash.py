@@ -108,6 +108,26 @@ def test_splash_splits_batch_and_heads_as_the_rules_do():
             q, k, mask=None, is_causal=True, segment_ids=None)
 
 
+def test_inside_a_shard_map_splash_runs_on_each_device_s_own_rows():
+    """Pax's data-parallel (pmap) path runs the model inside ``shard_map`` (without JAX's
+    varying-axes tracking, as ``pax_core.parallel.data_parallel`` does)."""
+    from jax.sharding import PartitionSpec
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    q, k, v = _inputs(batch=8)
+    kwargs = dict(is_causal=True, segment_ids=None, window=0, logit_cap=0.0, scale=None)
+    rows = PartitionSpec("data")
+
+    def per_device(q, k, v):
+        assert splash_unsupported(q, k, mask=None, is_causal=True, segment_ids=None) is None
+        return splash_attention(q, k, v, interpret=True, **kwargs)
+
+    got = jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(rows, rows, rows),
+                                out_specs=rows, check_vma=False))(q, k, v)
+    expected = Backend().attention(q, k, v, mask=_mask(LENGTH, causal=True), **kwargs)
+    np.testing.assert_allclose(got, expected, atol=2e-5, rtol=1e-4)
+
+
 def test_what_splash_does_not_serve_is_named():
     q, k, _ = _inputs()
     cache = jnp.ones((1, 1, 1, LENGTH), bool)

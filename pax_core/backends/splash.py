@@ -53,8 +53,10 @@ def _split(query: jax.Array, key: jax.Array) -> str | tuple[Any, Any, Any] | Non
     """(mesh, batch axes, head axes) when a mesh of several devices is set, None without one,
     or why the split does not suit the kernel."""
     mesh = jax.sharding.get_abstract_mesh()
-    if mesh.empty or mesh.size == 1:
-        return None
+    if mesh.empty or mesh.size == 1 or mesh.are_all_axes_manual:
+        return None  # one device, or inside a shard_map: the arrays are this device's own
+    if mesh.manual_axes:
+        return f"a mesh split by hand over {list(mesh.manual_axes)} and by the compiler too"
     import flax.linen as nn
 
     batch, length, heads, dims = nn.logical_to_mesh_axes(_QKV)
