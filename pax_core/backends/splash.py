@@ -80,7 +80,8 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array, *, is_c
     """``pax_core.dot_product_attention`` through Splash, where ``splash_unsupported`` found
     nothing against it: query [B, T, N, H], key and value [B, T, K, H] -> [B, T, N, H]."""
     split = _split(query, key)
-    assert not isinstance(split, str), split
+    if isinstance(split, str):
+        raise ValueError(f"Splash cannot serve {split}; ask splash_unsupported first")
     heads = query.shape[2] // (1 if split is None else
                                math.prod(split[0].shape[a] for a in _names(split[2])))
     kernel = _kernel(heads, query.shape[1], is_causal, window, logit_cap or None, interpret)
