@@ -70,3 +70,11 @@ def test_the_peak_adds_the_step_s_working_memory_to_what_is_in_use():
     assert device_peak_gib([Device(bytes_in_use=in_use), Device(bytes_in_use=in_use // 2)],
                            step) == peak
     assert device_peak_gib([], step) is None
+
+
+def test_the_memory_limit_is_the_smallest_device_s_and_none_on_the_cpu():
+    from pax_core.run.memory_use import device_memory_limit
+
+    assert device_memory_limit([Device(bytes_limit=16 * GIB), Device(bytes_limit=15 * GIB)]) \
+        == 15 * GIB
+    assert device_memory_limit(jax.devices()) is None  # the host CPU reports none

@@ -27,22 +27,9 @@ from pax_core.config.resolve import ChosenExperiment, configure
 from pax_core.errors import UsageError
 from pax_core.plugins.host import PluginHost
 from pax_core.run.build import Run, build_run
-from pax_core.run.memory_use import GIB, planned_peak_bytes
+from pax_core.run.memory_use import GIB, device_memory_limit, planned_peak_bytes
 
 AUTO = "auto"
-
-
-def device_memory_limit(devices: Sequence[Any]) -> int | None:
-    """The smallest memory limit of ``devices``; None where none reports one."""
-    limits = []
-    for device in devices:
-        try:
-            stats = device.memory_stats() or {}
-        except Exception:  # a runtime without the call
-            stats = {}
-        if stats.get("bytes_limit"):
-            limits.append(int(stats["bytes_limit"]))
-    return min(limits) if limits else None
 
 
 def auto_constants(experiment: Any) -> dict[str, Sequence[Any]]:

@@ -68,6 +68,13 @@ def device_peak_gib(devices: Sequence[Any], step_bytes: int = 0) -> float | None
     return max(peaks) / GIB if peaks else None
 
 
+def device_memory_limit(devices: Sequence[Any]) -> int | None:
+    """The smallest memory limit of ``devices``; None where none reports one (the CPU)."""
+    limits = [int(stats["bytes_limit"]) for stats in (_stats(d) for d in devices)
+              if stats and stats.get("bytes_limit")]
+    return min(limits) if limits else None
+
+
 def memory_metrics(devices: Sequence[Any], step_bytes: int = 0) -> dict[str, float]:
     """``host_memory_gib`` and, where the devices report it, ``device_memory_peak_gib``."""
     found = {"host_memory_gib": host_resident_gib()}
