@@ -9,18 +9,30 @@ package's ``tests/conftest.py``).
   ``FOLDER/SESSION-PID.json`` (SESSION: the nox session running it), which
   ``bench/test_times.py`` turns into the report. (The seqio and ray sessions, whose pytest
   root is their package's folder, reach this file through ``--confcutdir``.)
+* ``PAX_TEST_BUDGET=1`` (``nox -s tests`` sets it) holds the run to its time budget,
+  ``pyproject.toml``'s ``[tool.pax.test-budget]`` (or another TOML file's, where the variable
+  names one): a test file whose tests take longer, summed,
+  than its budget (``file_seconds``, or its own under ``files``), or a run longer than
+  ``run_seconds``, fails the run, naming each, once every test has run. A new test pays for
+  itself by sharing what it trains and compiles, or its file's budget is raised in the same
+  change, with the reason beside it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import time
+import tomllib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
 
 RECORDED = Path(__file__).parent / "bench" / "results" / "test_times.json"
 TIMES_VAR = "PAX_TEST_TIMES"
+BUDGET_VAR = "PAX_TEST_BUDGET"
+PYPROJECT = Path(__file__).parent / "pyproject.toml"
 
 
 def _recorded_file_times() -> dict[str, float]:
@@ -39,8 +51,59 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     folder = os.environ.get(TIMES_VAR)
-    if folder and not hasattr(config, "workerinput"):  # xdist's controller reports for all
+    if hasattr(config, "workerinput"):  # xdist's controller reports for all
+        return
+    if folder:
         config.pluginmanager.register(_TimeRecorder(Path(folder)), "pax-test-times")
+    budget_file = os.environ.get(BUDGET_VAR)
+    if budget_file:
+        path = PYPROJECT if budget_file == "1" else Path(budget_file)
+        budget = tomllib.loads(path.read_text())["tool"]["pax"]["test-budget"]
+        config.pluginmanager.register(_TimeBudget(budget), "pax-test-budget")
+
+
+def over_budget(file_seconds: dict[str, float], run_seconds: float,
+                budget: dict) -> list[str]:
+    """What exceeded ``budget`` (``[tool.pax.test-budget]``), a line each, longest first."""
+    files = budget.get("files", {})
+    over = sorted(((seconds, name, files.get(name, budget["file_seconds"]))
+                   for name, seconds in file_seconds.items()
+                   if seconds > files.get(name, budget["file_seconds"])), reverse=True)
+    lines = [f"{name} took {seconds:.1f} s, over its budget of {allowed} s"
+             for seconds, name, allowed in over]
+    if run_seconds > budget["run_seconds"]:
+        lines.append(f"the run took {run_seconds:.1f} s, over its budget of "
+                     f"{budget['run_seconds']} s")
+    return lines
+
+
+class _TimeBudget:
+    """Each file's tests added up, and the run's time, against the budget."""
+
+    def __init__(self, budget: dict) -> None:
+        self.budget = budget
+        self.started = time.monotonic()
+        self.files: dict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.files[report.nodeid.split("::")[0]] += report.duration
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        over = over_budget(self.files, time.monotonic() - self.started, self.budget)
+        if not over:
+            return
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["test time budget exceeded (pyproject.toml [tool.pax.test-budget]); make "
+                 "these cheaper (shared trained jobs and compiled programs, forked pax "
+                 "commands) or raise the budget with its reason:", *(f"  {o}" for o in over)]
+        for line in lines:
+            if reporter is not None:
+                reporter.write_line(line, red=True)
+            else:
+                print(line)
+        if session.exitstatus == pytest.ExitCode.OK:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 class _TimeRecorder:

@@ -8,17 +8,24 @@ packages in seconds where pip takes a minute."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import glob
 import os
 import shutil
 import subprocess
 import tomllib
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "tests"]
+# Python writes the bytecode of what it imports, whatever the machine's default: the suite starts
+# hundreds of interpreters that import JAX, Flax, Orbax and the plugins, and without the cached
+# bytecode each compiles their source again (seconds of CPU each).
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 nox.options.reuse_existing_virtualenvs = True
 nox.options.default_venv_backend = "uv"
 
@@ -57,9 +64,11 @@ def _pytest(session: nox.Session) -> None:
     """Every core runs test files side by side (a file's tests stay on one worker, so its
     module fixtures are built once), handed out longest first (the order conftest.py gives);
     then the tests that time signals against a running job run alone, since a loaded machine
-    delays their processes past what they measure."""
+    delays their processes past what they measure. Each run is held to its time budget
+    (``PAX_TEST_BUDGET``: the repository's conftest.py)."""
     session.install(*PACKAGES)
-    env = {"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1")}
+    env = {"PAX_STRICT_PLUGINS": os.environ.get("PAX_STRICT_PLUGINS", "1"),
+           "PAX_TEST_BUDGET": "1"}
     session.run("pytest", "-q", "-n", "auto", "--dist", "loadfile", "--no-loadscope-reorder",
                 "-m", "not serial", *session.posargs, env=env)
     session.run("pytest", "-q", "-m", "serial", *session.posargs, env=env,
@@ -90,6 +99,16 @@ def _fresh_venv(session: nox.Session, where: str, *requirements: str,
     return os.path.join(where, "bin")
 
 
+@contextlib.contextmanager
+def _installing() -> Iterator[None]:
+    """One session at a time installs from this checkout: .ci/run runs sessions side by side,
+    and building a package of the checkout writes in its folders (egg-info, build/)."""
+    os.makedirs(".nox", exist_ok=True)
+    with open(os.path.join(".nox", "install.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def _pip_check(session: nox.Session) -> None:
     """The session's environment holds no broken or conflicting requirement."""
     session.run("uv", "pip", "check", "-q", external=True)
@@ -105,12 +124,14 @@ def plugin_kit(session: nox.Session) -> None:
     shutil.rmtree(tmp)
     os.makedirs(tmp)
     wheels, plugin = os.path.join(tmp, "wheels"), os.path.join(tmp, "pax_kitdemo")
-    session.install(".")
-    session.run("pax", "plugins", "new", "kitdemo", "--backend", "--output", plugin)
-    for source in (".", plugin, "./plugins/pax_transformer", "./pax_lm"):
-        session.run("uv", "build", "-q", "--wheel", "--out-dir", wheels, source, external=True)
-    for package in (".", "plugins/pax_transformer", "pax_lm"):  # setuptools' build/ folders
-        shutil.rmtree(os.path.join(package, "build"), ignore_errors=True)
+    with _installing():
+        session.install(".")
+        session.run("pax", "plugins", "new", "kitdemo", "--backend", "--output", plugin)
+        for source in (".", plugin, "./plugins/pax_transformer", "./pax_lm"):
+            session.run("uv", "build", "-q", "--wheel", "--out-dir", wheels, source,
+                        external=True)
+        for package in (".", "plugins/pax_transformer", "pax_lm"):  # setuptools' build/
+            shutil.rmtree(os.path.join(package, "build"), ignore_errors=True)
     for wheel in glob.glob(os.path.join(wheels, "*.whl")):
         with zipfile.ZipFile(wheel) as contents:
             if not any(n.endswith(".dist-info/licenses/LICENSE") for n in contents.namelist()):
@@ -135,8 +156,9 @@ def seqio(session: nox.Session) -> None:
     """pax-seqio in an environment of its own, since SeqIO pulls TensorFlow: its tests,
     including a `pax train` of pax-lm's tiny model on a SeqIO task (about 4 minutes on 2 cores,
     the installation included). No other session installs pax-seqio."""
-    session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
-                    *_own("seqio"))
+    with _installing():
+        session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm",
+                        *_own("seqio"))
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
                 *_own_tests("seqio"),
@@ -149,7 +171,8 @@ def ray(session: nox.Session) -> None:
     """pax-ray in an environment of its own, since Ray is large: its tests start a one-node
     Ray cluster on 127.0.0.1 and sweep through it (about 3 minutes on 2 cores, the
     installation included). No other session installs pax-ray."""
-    session.install("-e", ".[test]", "-e", "plugins/pax_sweep", *_own("ray"))
+    with _installing():
+        session.install("-e", ".[test]", "-e", "plugins/pax_sweep", *_own("ray"))
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
                 *_own_tests("ray"),
@@ -164,7 +187,8 @@ def loggers(session: nox.Session) -> None:
     small jobs with its logger, W&B's offline and read back from the run's files, MLflow's
     through the server (about 3 minutes on 2 cores, the installation included). No other
     session installs them."""
-    session.install("-e", ".[test]", *_own("loggers"))
+    with _installing():
+        session.install("-e", ".[test]", *_own("loggers"))
     _pip_check(session)
     # The two plugins' test files side by side: a file's tests share one trained job (and
     # pax-mlflow's one server), so each file stays on one worker.
@@ -189,8 +213,9 @@ def hf(session: nox.Session) -> None:
     through lm-eval (pax-lm's `harness` extra) on tasks the tests write. torch, transformers,
     peft and lm-eval are installed here alone: no package of the repository depends on them."""
     links = ["--find-links", TORCH_WHEELS] if os.path.isdir(TORCH_WHEELS) else []
-    session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
-                    "-e", "pax_lm[corpus,harness]", *HF_TEST_REQUIREMENTS)
+    with _installing():
+        session.install(*links, "-e", ".[test]", "-e", "plugins/pax_transformer",
+                        "-e", "pax_lm[corpus,harness]", *HF_TEST_REQUIREMENTS)
     _pip_check(session)
     # Independent tests: spread test by test over the cores, but a file that trains one job
     # for all its tests keeps them on one worker (its xdist_group), so it trains once.
@@ -207,22 +232,28 @@ PAXML_REQUIREMENTS = ("paxml==1.4.0", "praxis==1.4.0", "jaxlib==0.4.26", "setupt
 
 @nox.session
 def paxml(session: nox.Session) -> None:
-    """`pax import paxml` against paxml itself: paxml 1.4 (which needs Python 3.10, found on
-    PATH or in pyenv) installs into an environment of its own, trains three tiny praxis LMs
+    """`pax import paxml` against paxml itself: paxml 1.4 (which needs Python 3.10: found on
+    PATH or in pyenv, else downloaded by uv; the session is skipped, saying so, where none can
+    be had) installs into an environment of its own, trains three tiny praxis LMs
     there for 40 steps and writes their logits; this session's environment imports each
     checkpoint into Pax's catalogue experiment and compares (about 3 minutes on 2 cores, the
     installation included)."""
-    python310 = _interpreter("3.10")
-    if python310 is None:
-        session.error("paxml 1.4 installs on Python 3.10 only, and none was found on PATH or "
-                      "in pyenv; install Python 3.10")
+    # A Python 3.10 on PATH or in pyenv, else one uv downloads (its managed Pythons).
+    python310 = _interpreter("3.10") or "3.10"
     where = os.path.join(session.create_tmp(), "paxml_venv")
     shutil.rmtree(where, ignore_errors=True)
-    session.run("uv", "venv", "-q", "--python", python310, where, external=True)
+    made = subprocess.run(["uv", "venv", "-q", "--python", python310, where],
+                          capture_output=True, text=True)
+    if made.returncode != 0:
+        why = (made.stderr.strip().splitlines() or ["no reason given"])[-1]
+        session.skip(f"paxml 1.4 installs on Python 3.10 only: none is on PATH or in pyenv, "
+                     f"and uv could not download one ({why}); `uv python install 3.10`, then "
+                     f"run again")
     paxml_python = os.path.join(where, "bin", "python")
     session.run("uv", "pip", "install", "-q", "--python", paxml_python, *PAXML_REQUIREMENTS,
                 external=True)
-    session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm")
+    with _installing():
+        session.install("-e", ".[test]", "-e", "plugins/pax_transformer", "-e", "pax_lm")
     _pip_check(session)
     # One process: paxml trains the checkpoints once for the run (a session fixture).
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
@@ -253,9 +284,12 @@ def sweep(session: nox.Session) -> None:
     session.run("uv", "venv", "-q", where, external=True)
     python = os.path.join(where, "bin", "python")
     install = ["uv", "pip", "install", "-q", "--python", python]
-    session.run(*install, "-e", ".", external=True)
+    with _installing():
+        session.run(*install, "-e", ".", external=True)
     session.run(python, "-c", ABSENT, *SWEEP_ONLY, external=True)
-    session.run(*install, "-e", ".[test]", *_own("sweep"), "-e", TEST_PLUGIN, external=True)
+    with _installing():
+        session.run(*install, "-e", ".[test]", *_own("sweep"), "-e", TEST_PLUGIN,
+                    external=True)
     session.run("uv", "pip", "check", "-q", "--python", python, external=True)
     # Independent tests, most of their time in a few files' sweeps: spread test by test.
     session.run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".",
@@ -300,6 +334,10 @@ DOCS_PACKAGES = [".", "plugins/pax_transformer", "plugins/pax_pipeline", "plugin
                  "plugins/pax_gpu", "pax_lm", "pax_vision", "pax_speech", "plugins/pax_sweep"]
 
 
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
 @nox.session
 def docs(session: nox.Session) -> None:
     """The documentation site (mkdocs.yml): built with --strict, so a broken link, an anchor
@@ -307,17 +345,22 @@ def docs(session: nox.Session) -> None:
     headless Chromium (docs_tools/test_site.py), every page checked for its content and
     navigation and three of them photographed into the session's tmp/screenshots. Chromium is
     Debian's `chromium`: installed here with apt-get where it is missing and this runs as root
-    (as CI does); elsewhere the test fails naming the package to install."""
-    session.install(*[arg for p in DOCS_PACKAGES for arg in ("-e", p)],
-                    "-r", "docs_tools/requirements.txt", "pytest>=9,<10")
+    (as CI does); where it cannot be had, the pages are not opened and the session is skipped
+    after the build, naming the package to install."""
+    with _installing():
+        session.install(*[arg for p in DOCS_PACKAGES for arg in ("-e", p)],
+                        "-r", "docs_tools/requirements.txt", "pytest>=9,<10")
     _pip_check(session)
-    if shutil.which("chromium") is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        session.run("apt-get", "update", "-qq", external=True)
-        session.run("apt-get", "install", "-y", "-qq", "chromium", external=True,
-                    env={"DEBIAN_FRONTEND": "noninteractive"})
+    if _chromium() is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        for apt in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
+            subprocess.run(apt, env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
     # NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2, which these pins do not install.
     session.run("mkdocs", "build", "--strict", "--clean",
                 env={"PAX_STRICT_PLUGINS": "1", "NO_MKDOCS_2_WARNING": "1"})
+    if _chromium() is None:
+        session.skip("the site is built; its pages are opened in a headless Chromium, and none "
+                     "is installed: apt-get install -y chromium (Debian's package), then run "
+                     "again")
     screenshots = os.path.join(session.create_tmp(), "screenshots")
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", "docs_tools",
                 "docs_tools/test_site.py", *session.posargs,
@@ -335,8 +378,9 @@ def notebooks(session: nox.Session) -> None:
     own, from Python) run top to bottom on a real Jupyter kernel of this environment, each
     failing on any cell's error with its traceback, and are checked to be committed without
     outputs. Installed as a user of the LM quick start installs Pax, with matplotlib."""
-    session.install("-e", ".[plot]", "-e", "plugins/pax_transformer", "-e", "pax_lm[corpus]",
-                    *NOTEBOOK_REQUIREMENTS)
+    with _installing():
+        session.install("-e", ".[plot]", "-e", "plugins/pax_transformer", "-e",
+                        "pax_lm[corpus]", *NOTEBOOK_REQUIREMENTS)
     _pip_check(session)
     session.run("pytest", "-q", "-p", "no:cacheprovider", "--confcutdir", ".", "docs/notebooks",
                 *session.posargs,

@@ -5,6 +5,7 @@ alone ends, step by step (input order and random keys included). CI runs a seede
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -12,10 +13,10 @@ import pytest
 from pax_core.testing import fault_trials, kill_and_compare
 from pax_core.testing.faults import _kill_runs
 
-TRIALS = fault_trials(4, 50)  # per mesh: CI's seeded sample of 8, a soak's 100
-# Each trial trains for up to a second or so (a soak's 50 have reached step 324): the job must
-# outlast its trials, or the last ones find it finished and the kill times are too late.
-STEPS = fault_trials(400, 1000)
+TRIALS = fault_trials(12, 50)  # per mesh: CI's seeded sample of 24, a soak's 100
+# Each trial trains for half a second or so, a few steps: the job must outlast its trials, or
+# the last ones find it finished and the kill times are too late.
+STEPS = fault_trials(50, 400)
 ARGS = ["--exp", "MlpSynthetic", "--set", f"NUM_TRAIN_STEPS={STEPS}",
         "--set", "task.train.save_interval_steps=1", "--set", "task.train.save_max_to_keep=2",
         "--set", "task.train.summary_interval_steps=1",
@@ -59,8 +60,12 @@ def _runs(tmp_path, how: str, trials: int, redraws: int) -> tuple[int, int, list
     logs = tmp_path / "logs"
     logs.mkdir(exist_ok=True)
     output: list[str] = []
-    killed, redrawn = _kill_runs([sys.executable, "-c", RUN, str(tmp_path), how], tmp_path,
-                                 {}, logs, output.append, trials=trials, seed=SEED,
+    def start(log):
+        with open(log, "w") as out:
+            return subprocess.Popen([sys.executable, "-c", RUN, str(tmp_path), how], stdout=out,
+                                    stderr=out)
+
+    killed, redrawn = _kill_runs(start, tmp_path, logs, output.append, trials=trials, seed=SEED,
                                  redraws=redraws)
     return killed, redrawn, output
 

@@ -156,9 +156,9 @@ def test_a_gs_job_trains_resumes_bitwise_and_evaluates(gcs, half_trained, tmp_pa
 
 
 def test_a_gs_job_killed_at_random_moments_resumes_bitwise(gcs, tmp_path):
-    trials = fault_trials(3, 20)
-    # Enough steps to outlast the trials (a soak's 20 have reached step 28).
-    args = ["--exp", "MlpSynthetic", "--set", f"NUM_TRAIN_STEPS={fault_trials(30, 80)}",
+    trials = fault_trials(10, 20)
+    # Enough steps to outlast the trials (a soak's 20 have reached step 28; 10 reach step 6).
+    args = ["--exp", "MlpSynthetic", "--set", f"NUM_TRAIN_STEPS={fault_trials(16, 80)}",
             "--set", "task.train.save_interval_steps=1",
             "--set", "task.train.summary_interval_steps=1",
             "--set", "task.train.eval_interval_steps=1000"]

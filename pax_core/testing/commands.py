@@ -5,19 +5,17 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from pax_core.files import job_path
+from pax_core.testing.forked import run_command
 
 
 def run_pax(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run ``pax ARGS`` from this interpreter's environment; a traceback fails the test (a user
-    mistake must be one line, and a crash is a bug)."""
-    pax = Path(sys.executable).with_name("pax")
-    result = subprocess.run([str(pax), *args], capture_output=True, text=True, timeout=timeout,
-                            env={**os.environ, "PAX_STRICT_PLUGINS": "1"})
+    """Run ``pax ARGS`` in a process of its own with this process's environment and working
+    directory, forked from one that imported Pax once (``pax_core.testing.forked``); a
+    traceback fails the test (a user mistake must be one line, and a crash is a bug)."""
+    result = run_command(args, env={**os.environ, "PAX_STRICT_PLUGINS": "1"}, timeout=timeout)
     assert "Traceback" not in result.stderr, result.stderr
     return result
 

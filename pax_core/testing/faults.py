@@ -24,7 +24,6 @@ import random
 import re
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -32,12 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.files import is_remote, job_path
+from pax_core.testing.forked import run_command, start_command
 
 SOAK_VAR = "PAX_SOAK"
 
-# A fraction of the kills land while the process starts, compiles or restores; the rest while
-# it trains and saves, a random moment after it has logged a new step.
+# A fraction of the kills land while the process starts, compiles or restores (within
+# EARLY_WINDOW seconds of its start: a forked run is training within about a second); the rest
+# while it trains and saves, within TRAINING_WINDOW seconds after it has logged a new step.
 EARLY_KILLS = 0.25
+EARLY_WINDOW = 1.5
+TRAINING_WINDOW = 0.5
 
 
 @dataclasses.dataclass
@@ -66,35 +69,35 @@ def _records(metrics: Any) -> int:
         return 0
 
 
-def _one_trial(command: list[str], job_dir: Any, env: Mapping[str, str], rng: random.Random,
-               log: Path, within: float | None = None) -> float | None:
-    """Start the run and send it SIGKILL at a random moment: within ``within`` seconds of its
-    start where given (a redrawn trial), else early or a moment after it has logged a training
-    step. Returns None where the signal killed it mid-run (it was still going, and died of it),
-    else the seconds it ran before it ended on its own, which only a run that trained the job to
-    its end does: a run that fails on its own is an error, named with its output."""
+def _one_trial(start: Callable[[Path], Any], job_dir: Any, rng: random.Random, log: Path,
+               within: float | None = None) -> float | None:
+    """Start the run (``start(log)``: a process writing its output to ``log``) and send it
+    SIGKILL at a random moment: within ``within`` seconds of its start where given (a redrawn
+    trial), else early or a moment after it has logged a training step. Returns None where the
+    signal killed it mid-run (it was still going, and died of it), else the seconds it ran
+    before it ended on its own, which only a run that trained the job to its end does: a run
+    that fails on its own is an error, named with its output."""
     metrics = job_dir / "metrics.jsonl"
     before = _records(metrics)
     started = time.monotonic()
-    with open(log, "w") as err:
-        run = subprocess.Popen(command, stdout=err, stderr=err, env=dict(env))
-        if within is not None:
-            deadline = started + rng.uniform(0.0, within)
-        elif rng.random() < EARLY_KILLS:
-            deadline = started + rng.uniform(0.0, 4.0)
-        else:
-            deadline = started + 120
-            while time.monotonic() < deadline and run.poll() is None:
-                if _records(metrics) > before + 1:  # past the start record: training
-                    break
-                time.sleep(0.02)
-            deadline = time.monotonic() + rng.uniform(0.0, 1.0)
+    run = start(log)
+    if within is not None:
+        deadline = started + rng.uniform(0.0, within)
+    elif rng.random() < EARLY_KILLS:
+        deadline = started + rng.uniform(0.0, EARLY_WINDOW)
+    else:
+        deadline = started + 120
         while time.monotonic() < deadline and run.poll() is None:
+            if _records(metrics) > before + 1:  # past the start record: training
+                break
             time.sleep(0.01)
-        sent = run.poll() is None
-        if sent:
-            run.send_signal(signal.SIGKILL)
-        run.wait()
+        deadline = time.monotonic() + rng.uniform(0.0, TRAINING_WINDOW)
+    while time.monotonic() < deadline and run.poll() is None:
+        time.sleep(0.005)
+    sent = run.poll() is None
+    if sent:
+        run.kill()
+    run.wait()
     if sent and run.returncode == -signal.SIGKILL:
         return None
     if run.returncode != 0:
@@ -124,10 +127,11 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
     saying the kill times are too late for the job. ``JOB_DIR`` may be in a bucket (``gs://``);
     the runs' output is then kept in a local temporary folder. The trials share a compilation
     cache of their own beside the output (a kill may cut an entry short, which JAX reports and
-    compiles again), so no other run meets what they leave."""
+    compiles again), so no other run meets what they leave. Each run is a process forked from
+    one that imported Pax once (``pax_core.testing.forked``): a trial costs the run's own
+    seconds, not an interpreter's start."""
     job_dir = job_path(job_dir)
-    pax = str(Path(sys.executable).with_name("pax"))
-    command = [pax, "train", *args, "--job-dir", str(job_dir)]
+    command = ["train", *args, "--job-dir", str(job_dir)]
     logs = (Path(tempfile.mkdtemp(prefix="pax-trials-")) if is_remote(job_dir)
             else job_dir.parent / f"{job_dir.name}-trials")
     logs.mkdir(parents=True, exist_ok=True)
@@ -143,28 +147,30 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
         if "Traceback" in text:
             tracebacks.append(text)
 
-    killed, redrawn = _kill_runs(command, job_dir, env, logs, read, trials=trials, seed=seed,
+    def start(log: Path) -> Any:
+        return start_command(command, stdout=log, stderr=log, env=env)
+
+    killed, redrawn = _kill_runs(start, job_dir, logs, read, trials=trials, seed=seed,
                                  redraws=1 + trials // 10 if redraws is None else redraws)
-    finished = subprocess.run(command, capture_output=True, text=True, env=env,
-                              timeout=timeout)
+    finished = run_command(command, env=env, timeout=timeout)
     read(finished.stdout + finished.stderr)
     return KillTrials(killed + redrawn, killed, resumed, removed, damaged, tracebacks, finished,
                       redrawn)
 
 
-def _kill_runs(command: list[str], job_dir: Any, env: Mapping[str, str], logs: Path,
+def _kill_runs(start: Callable[[Path], Any], job_dir: Any, logs: Path,
                read: Callable[[str], None], *, trials: int, seed: int,
                redraws: int) -> tuple[int, int]:
-    """Start ``command`` again and again until ``trials`` runs were killed mid-run, each run's
-    output given to ``read``; a run that ended before its kill is started again with a kill
-    within the time it ran, at most ``redraws`` times in all. Returns the runs killed and those
-    redrawn."""
+    """Start the run (``start(log)``) again and again until ``trials`` runs were killed
+    mid-run, each run's output given to ``read``; a run that ended before its kill is started
+    again with a kill within the time it ran, at most ``redraws`` times in all. Returns the
+    runs killed and those redrawn."""
     rng = random.Random(seed)
     killed = redrawn = 0
     within = None
     while killed < trials:
         log = logs / f"{killed + redrawn}.err"
-        lived = _one_trial(command, job_dir, env, rng, log, within)
+        lived = _one_trial(start, job_dir, rng, log, within)
         read(log.read_text())
         if lived is None:
             killed, within = killed + 1, None

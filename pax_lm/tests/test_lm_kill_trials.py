@@ -10,10 +10,10 @@ from pax_core.testing import fault_trials, kill_and_compare
 
 pytestmark = pytest.mark.slow
 
-TRIALS = fault_trials(2, 20)  # per mesh: CI's seeded sample of 4, a soak's 40
+TRIALS = fault_trials(8, 20)  # per mesh: CI's seeded sample of 16, a soak's 40
 # Enough steps to outlast the trials (a soak's 20 have reached step 28), or the last ones find
 # the job finished and the kill times are too late.
-STEPS = fault_trials(40, 100)
+STEPS = fault_trials(24, 100)
 ARGS = ["--exp", "TinyLmForTests", "--set", f"NUM_TRAIN_STEPS={STEPS}",
         "--set", "CHECKPOINT_EVERY_N_STEPS=1", "--set", "SUMMARY_INTERVAL_STEPS=1",
         "--set", "EVAL_INTERVAL_STEPS=1000"]

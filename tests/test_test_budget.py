@@ -1,0 +1,78 @@
+"""`nox -s tests` holds each pytest run to its time budget (the repository's conftest.py,
+``PAX_TEST_BUDGET``): a file over its budget, or a run over its own, fails the run by name once
+every test has run; within budget, nothing changes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SLOW = """
+import time
+
+def test_sleeps():
+    time.sleep(0.4)
+
+def test_passes():
+    pass
+"""
+
+
+def _run(tmp_path: Path, budget: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_slow.py").write_text(SLOW)
+    (tmp_path / "budget.toml").write_text(textwrap.dedent(budget))
+    # The repository's conftest.py as a plugin of a run outside the repository.
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PAX_TEST_BUDGET": str(tmp_path / "budget.toml")}
+    env.pop("PAX_TEST_TIMES", None)
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "conftest",
+                           "-p", "no:cacheprovider", "test_slow.py"], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_a_file_over_its_budget_fails_the_run_naming_it(tmp_path):
+    done = _run(tmp_path, """
+        [tool.pax.test-budget]
+        file_seconds = 0.2
+        run_seconds = 600
+    """)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "2 passed" in done.stdout
+    assert "test time budget exceeded" in done.stdout
+    assert "test_slow.py took 0.4 s, over its budget of 0.2 s" in done.stdout
+
+
+def test_a_file_within_its_own_budget_and_a_run_over_its_budget(tmp_path):
+    done = _run(tmp_path, """
+        [tool.pax.test-budget]
+        file_seconds = 0.2
+        run_seconds = 0.1
+
+        [tool.pax.test-budget.files]
+        "test_slow.py" = 30
+    """)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "test_slow.py took" not in done.stdout
+    assert "the run took" in done.stdout and "over its budget of 0.1 s" in done.stdout
+
+
+def test_within_budget_the_run_passes(tmp_path):
+    done = _run(tmp_path, """
+        [tool.pax.test-budget]
+        file_seconds = 30
+        run_seconds = 600
+    """)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "budget" not in done.stdout
+
+
+@pytest.mark.parametrize("name", sorted(tomllib.loads((ROOT / "pyproject.toml").read_text())
+                                        ["tool"]["pax"]["test-budget"]["files"]))
+def test_every_file_with_a_budget_of_its_own_exists(name):
+    assert (ROOT / name).is_file(), f"{name} has a budget in pyproject.toml but is not a file"
