@@ -308,7 +308,7 @@ STORAGE_FAULT_REPEATS = "20"
 
 @nox.session
 def soak(session: nox.Session) -> None:
-    """The fault trials at full count, on demand (about 40 minutes on 2 cores): CI runs a
+    """The fault trials at full count, on demand (about 30 minutes on 2 cores): CI runs a
     fixed, seeded sample of each; here the kill -9 tests run their soak counts (160 runs killed
     mid-run: 100 of the core's MLP, 40 of the tiny LM, 20 in a bucket; a run that ends before
     its kill is run again with an earlier one, not counted) and each storage fault runs 20
