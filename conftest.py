@@ -65,12 +65,12 @@ def pytest_configure(config: pytest.Config) -> None:
 def over_budget(file_seconds: dict[str, float], run_seconds: float,
                 budget: dict) -> list[str]:
     """What exceeded ``budget`` (``[tool.pax.test-budget]``), a line each, longest first."""
-    files = budget.get("files", {})
-    over = sorted(((seconds, name, files.get(name, budget["file_seconds"]))
-                   for name, seconds in file_seconds.items()
-                   if seconds > files.get(name, budget["file_seconds"])), reverse=True)
-    lines = [f"{name} took {seconds:.1f} s, over its budget of {allowed} s"
-             for seconds, name, allowed in over]
+    allowed = {name: budget.get("files", {}).get(name, budget["file_seconds"])
+               for name in file_seconds}
+    over = sorted((name for name, seconds in file_seconds.items() if seconds > allowed[name]),
+                  key=file_seconds.__getitem__, reverse=True)
+    lines = [f"{name} took {file_seconds[name]:.1f} s, over its budget of {allowed[name]} s"
+             for name in over]
     if run_seconds > budget["run_seconds"]:
         lines.append(f"the run took {run_seconds:.1f} s, over its budget of "
                      f"{budget['run_seconds']} s")

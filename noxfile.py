@@ -238,17 +238,19 @@ def paxml(session: nox.Session) -> None:
     there for 40 steps and writes their logits; this session's environment imports each
     checkpoint into Pax's catalogue experiment and compares (about 3 minutes on 2 cores, the
     installation included)."""
-    # A Python 3.10 on PATH or in pyenv, else one uv downloads (its managed Pythons).
-    python310 = _interpreter("3.10") or "3.10"
     where = os.path.join(session.create_tmp(), "paxml_venv")
     shutil.rmtree(where, ignore_errors=True)
-    made = subprocess.run(["uv", "venv", "-q", "--python", python310, where],
-                          capture_output=True, text=True)
-    if made.returncode != 0:
-        why = (made.stderr.strip().splitlines() or ["no reason given"])[-1]
-        session.skip(f"paxml 1.4 installs on Python 3.10 only: none is on PATH or in pyenv, "
-                     f"and uv could not download one ({why}); `uv python install 3.10`, then "
-                     f"run again")
+    python310 = _interpreter("3.10")
+    if python310 is not None:
+        session.run("uv", "venv", "-q", "--python", python310, where, external=True)
+    else:  # one uv downloads (its managed Pythons), or the session is skipped saying why
+        made = subprocess.run(["uv", "venv", "-q", "--python", "3.10", where],
+                              capture_output=True, text=True)
+        if made.returncode != 0:
+            why = (made.stderr.strip().splitlines() or ["no reason given"])[-1]
+            session.skip(f"paxml 1.4 installs on Python 3.10 only: none is on PATH or in "
+                         f"pyenv, and uv could not download one ({why}); `uv python install "
+                         f"3.10`, then run again")
     paxml_python = os.path.join(where, "bin", "python")
     session.run("uv", "pip", "install", "-q", "--python", paxml_python, *PAXML_REQUIREMENTS,
                 external=True)

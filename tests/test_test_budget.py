@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import tomllib
 from pathlib import Path
 
@@ -25,9 +24,14 @@ def test_passes():
 """
 
 
-def _run(tmp_path: Path, budget: str) -> subprocess.CompletedProcess:
+def _run(tmp_path: Path, file_seconds: float, run_seconds: float,
+         files: str = "") -> subprocess.CompletedProcess:
+    """pytest on SLOW under a budget of these numbers (``files``: the TOML lines of the
+    files' own budgets)."""
     (tmp_path / "test_slow.py").write_text(SLOW)
-    (tmp_path / "budget.toml").write_text(textwrap.dedent(budget))
+    (tmp_path / "budget.toml").write_text(
+        f"[tool.pax.test-budget]\nfile_seconds = {file_seconds}\nrun_seconds = {run_seconds}\n"
+        f"\n[tool.pax.test-budget.files]\n{files}\n")
     # The repository's conftest.py as a plugin of a run outside the repository.
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PAX_TEST_BUDGET": str(tmp_path / "budget.toml")}
     env.pop("PAX_TEST_TIMES", None)
@@ -37,11 +41,7 @@ def _run(tmp_path: Path, budget: str) -> subprocess.CompletedProcess:
 
 
 def test_a_file_over_its_budget_fails_the_run_naming_it(tmp_path):
-    done = _run(tmp_path, """
-        [tool.pax.test-budget]
-        file_seconds = 0.2
-        run_seconds = 600
-    """)
+    done = _run(tmp_path, file_seconds=0.2, run_seconds=600)
     assert done.returncode == 1, done.stdout + done.stderr
     assert "2 passed" in done.stdout
     assert "test time budget exceeded" in done.stdout
@@ -49,25 +49,14 @@ def test_a_file_over_its_budget_fails_the_run_naming_it(tmp_path):
 
 
 def test_a_file_within_its_own_budget_and_a_run_over_its_budget(tmp_path):
-    done = _run(tmp_path, """
-        [tool.pax.test-budget]
-        file_seconds = 0.2
-        run_seconds = 0.1
-
-        [tool.pax.test-budget.files]
-        "test_slow.py" = 30
-    """)
+    done = _run(tmp_path, file_seconds=0.2, run_seconds=0.1, files='"test_slow.py" = 30')
     assert done.returncode == 1, done.stdout + done.stderr
     assert "test_slow.py took" not in done.stdout
     assert "the run took" in done.stdout and "over its budget of 0.1 s" in done.stdout
 
 
 def test_within_budget_the_run_passes(tmp_path):
-    done = _run(tmp_path, """
-        [tool.pax.test-budget]
-        file_seconds = 30
-        run_seconds = 600
-    """)
+    done = _run(tmp_path, file_seconds=30, run_seconds=600)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "budget" not in done.stdout
 

@@ -21,6 +21,7 @@ import os
 import select
 import signal
 import sys
+import traceback
 from typing import IO, Any
 
 from pax_core.plugins.hookspecs import PROJECT
@@ -59,6 +60,8 @@ def _child(request: dict[str, Any], closing: list[int]) -> None:
         os.dup2(err, 2)
         sys.argv = list(request["command"])
         code = _main(request["command"][1:])
+    except BaseException:  # the child's own error (its directory gone, say): said, exit 1
+        traceback.print_exc()
     finally:
         with contextlib.suppress(Exception):
             sys.stdout.flush()
@@ -96,7 +99,7 @@ def serve() -> None:
     signal.set_wakeup_fd(wake_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     running: set[int] = set()
-    pending = ""
+    pending = b""
     while True:
         ready, _, _ = select.select([0, wake_read], [], [])
         if wake_read in ready:
@@ -109,14 +112,14 @@ def serve() -> None:
             _answer(channel, {"pid": pid, "code": os.waitstatus_to_exitcode(status)})
         if 0 not in ready:
             continue
-        data = os.read(0, 1 << 16).decode()
+        data = os.read(0, 1 << 16)
         if not data:  # the tests are done
             for pid in running:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             return
         pending += data
-        *lines, pending = pending.split("\n")
+        *lines, pending = pending.split(b"\n")  # a read may end inside a line
         for line in lines:
             request = json.loads(line)
             pid = os.fork()

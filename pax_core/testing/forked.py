@@ -50,7 +50,8 @@ class _Server:
         self.ids = itertools.count()
         self.pids: dict[int, int] = {}
         self.codes: dict[int, int] = {}
-        self.changed = threading.Condition()
+        self.changed = threading.Condition()  # an answer arrived
+        self.writing = threading.Lock()  # one request at a time on the server's input
         threading.Thread(target=self._listen, daemon=True, name="pax-fork-server").start()
 
     def _listen(self) -> None:
@@ -69,10 +70,11 @@ class _Server:
 
     def fork(self, request: dict[str, Any]) -> int:
         assert self.process.stdin is not None
-        with self.changed:
+        with self.writing:  # not under `changed`: the listener must go on reading meanwhile
             request_id = next(self.ids)
             self.process.stdin.write((json.dumps({**request, "id": request_id}) + "\n").encode())
             self.process.stdin.flush()
+        with self.changed:
             if not self.changed.wait_for(lambda: request_id in self.pids
                                          or self.process.poll() is not None, timeout=120):
                 raise RuntimeError("the fork server did not answer in 120 s")
@@ -136,7 +138,7 @@ class ForkedCommand:
 
 
 def start_command(args: Sequence[str], *, stdout: Path, stderr: Path,
-          env: Mapping[str, str] | None = None) -> ForkedCommand | subprocess.Popen:
+                  env: Mapping[str, str] | None = None) -> ForkedCommand | subprocess.Popen:
     """Start ``pax ARGS`` with ``env`` (this process's environment by default) in this
     process's working directory, its output written to the files ``stdout`` and ``stderr``
     (one file for both where they are the same path); forked where ``env``'s variables read at
@@ -156,7 +158,7 @@ def start_command(args: Sequence[str], *, stdout: Path, stderr: Path,
 
 
 def run_command(args: Sequence[str], *, env: Mapping[str, str] | None = None,
-        timeout: float | None = None) -> subprocess.CompletedProcess:
+                timeout: float | None = None) -> subprocess.CompletedProcess:
     """``pax ARGS`` to its end, as ``subprocess.run(..., capture_output=True, text=True)``
     returns it (``subprocess.TimeoutExpired``, the command killed, past ``timeout``)."""
     with tempfile.TemporaryDirectory(prefix="pax-command-") as folder:

@@ -11,8 +11,8 @@ from pax_core.testing import fault_trials, kill_and_compare
 pytestmark = pytest.mark.slow
 
 TRIALS = fault_trials(8, 20)  # per mesh: CI's seeded sample of 16, a soak's 40
-# Enough steps to outlast the trials (a soak's 20 have reached step 28), or the last ones find
-# the job finished and the kill times are too late.
+# Enough steps to outlast the trials (the soak's 20 reached step 20 of 100, CI's 8 about step
+# 9), or the last ones find the job finished and the kill times are too late.
 STEPS = fault_trials(24, 100)
 ARGS = ["--exp", "TinyLmForTests", "--set", f"NUM_TRAIN_STEPS={STEPS}",
         "--set", "CHECKPOINT_EVERY_N_STEPS=1", "--set", "SUMMARY_INTERVAL_STEPS=1",
