@@ -15,7 +15,9 @@ package's ``tests/conftest.py``).
   than its budget (``file_seconds``, or its own under ``files``), or a run longer than
   ``run_seconds``, fails the run, naming each, once every test has run. A new test pays for
   itself by sharing what it trains and compiles, or its file's budget is raised in the same
-  change, with the reason beside it.
+  change, with the reason beside it. A session fixture is built for whichever file first asks
+  for it (which one depends on how xdist hands files out), so its set-up is charged to none of
+  them but to the run's shared set-up, whose budget is ``shared_seconds``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import time
 import tomllib
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -49,6 +52,35 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: rank[item.nodeid.split("::")[0]])
 
 
+# Seconds this process has spent setting up session fixtures, and the user property that hands
+# each test's share of them to xdist's controller.
+_shared_setup = [0.0]
+SHARED = "pax_shared_setup_seconds"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_fixture_setup(fixturedef: pytest.FixtureDef) -> Iterator[None]:
+    began = time.perf_counter()  # the fixtures it depends on are set up before this
+    yield
+    if fixturedef.scope == "session":
+        _shared_setup[0] += time.perf_counter() - began
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    before = _shared_setup[0]
+    yield
+    if _shared_setup[0] > before:
+        item.user_properties.append((SHARED, _shared_setup[0] - before))
+
+
+def _shared_seconds(report: pytest.TestReport) -> float:
+    """The session fixtures' set-up inside ``report`` (its test's set-up phase only)."""
+    if report.when != "setup":
+        return 0.0
+    return sum(seconds for name, seconds in report.user_properties if name == SHARED)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     folder = os.environ.get(TIMES_VAR)
     if hasattr(config, "workerinput"):  # xdist's controller reports for all
@@ -62,8 +94,8 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(_TimeBudget(budget), "pax-test-budget")
 
 
-def over_budget(file_seconds: dict[str, float], run_seconds: float,
-                budget: dict) -> list[str]:
+def over_budget(file_seconds: dict[str, float], run_seconds: float, budget: dict,
+                shared_seconds: float = 0.0) -> list[str]:
     """What exceeded ``budget`` (``[tool.pax.test-budget]``), a line each, longest first."""
     allowed = {name: budget.get("files", {}).get(name, budget["file_seconds"])
                for name in file_seconds}
@@ -71,6 +103,9 @@ def over_budget(file_seconds: dict[str, float], run_seconds: float,
                   key=file_seconds.__getitem__, reverse=True)
     lines = [f"{name} took {file_seconds[name]:.1f} s, over its budget of {allowed[name]} s"
              for name in over]
+    if shared_seconds > budget["shared_seconds"]:
+        lines.append(f"the session fixtures took {shared_seconds:.1f} s to set up, over their "
+                     f"budget of {budget['shared_seconds']} s")
     if run_seconds > budget["run_seconds"]:
         lines.append(f"the run took {run_seconds:.1f} s, over its budget of "
                      f"{budget['run_seconds']} s")
@@ -84,13 +119,17 @@ class _TimeBudget:
         self.budget = budget
         self.started = time.monotonic()
         self.files: dict[str, float] = defaultdict(float)
+        self.shared = 0.0
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        self.files[report.nodeid.split("::")[0]] += report.duration
+        shared = _shared_seconds(report)
+        self.shared += shared
+        self.files[report.nodeid.split("::")[0]] += report.duration - shared
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        over = over_budget(self.files, time.monotonic() - self.started, self.budget)
+        over = over_budget(self.files, time.monotonic() - self.started, self.budget,
+                           self.shared)
         if not over:
             return
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

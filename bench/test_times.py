@@ -11,6 +11,11 @@ ids it had. Every id that no longer exists must name the test that now covers it
 
     python3 bench/test_times.py [--runs 2]        # or: python3 -m nox -s test_times
 
+``--budgets`` prints the per-file budgets the last measurement gives, for ``pyproject.toml``'s
+``[tool.pax.test-budget.files]``: twice a file's time, or its time and a minute where that is
+more (a shared machine's noise reaches one and a half times a file's time), for each file
+whose time is over half the default ``file_seconds``.
+
 ``--read FOLDER`` records a run whose folder a failed measurement kept (its failed tests
 marked so). ``--from-junit FOLDER --ids FILE`` instead records a measurement made by hand
 (``nox -s S -- --junitxml=FOLDER/junit-S.xml`` per session, ``FOLDER/times.txt`` with lines
@@ -308,6 +313,25 @@ def _report(now: dict, before: dict | None) -> str:
     return "\n".join(out) + "\n"
 
 
+def budgets(files: dict[str, float], default: float) -> dict[str, int]:
+    """The per-file budgets of measured ``files`` (see the module's docstring), longest first."""
+    out = {}
+    for name, seconds in sorted(files.items(), key=lambda kv: -kv[1]):
+        if 2 * seconds > default:
+            out[name] = int(-(-max(2 * seconds, seconds + 60) // 10) * 10)
+    return out
+
+
+def _print_budgets() -> None:
+    import tomllib
+
+    default = tomllib.loads((ROOT / "pyproject.toml").read_text())[
+        "tool"]["pax"]["test-budget"]["file_seconds"]
+    files = json.loads((report.FOLDER / "test_times.json").read_text())["files"]
+    for name, seconds in budgets(files, default).items():
+        print(f'"{name}" = {seconds}  # {files[name]:.0f} s measured')
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=1)
@@ -315,7 +339,12 @@ def main() -> None:
     parser.add_argument("--ids", type=Path)
     parser.add_argument("--read", type=Path, nargs="+",
                         help="record the runs whose folders a failed measurement kept")
+    parser.add_argument("--budgets", action="store_true",
+                        help="print the per-file budgets of the last measurement")
     args = parser.parse_args()
+    if args.budgets:
+        _print_budgets()
+        return
     if args.from_junit:
         BEFORE.parent.mkdir(exist_ok=True)
         BEFORE.write_text(json.dumps(_from_junit(args.from_junit, args.ids), indent=1))

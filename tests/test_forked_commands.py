@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from pax_core.testing import run_pax
+from pax_core.testing import cpu_xla_flags, run_pax
 from pax_core.testing.forked import ForkedCommand, run_command, start_command
 
 
@@ -31,7 +31,7 @@ def test_a_forked_command_has_the_callers_environment_directory_and_its_own_outp
 
 def test_a_forked_run_sees_the_devices_its_environment_asks_for(tmp_path):
     job = tmp_path / "job"
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env = {**os.environ, "XLA_FLAGS": cpu_xla_flags(2)}
     done = run_command(["train", "--exp", "MlpSynthetic", "--set", "NUM_TRAIN_STEPS=2",
                        "--job-dir", str(job)], env=env, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -23,7 +23,7 @@ import pytest
 
 from pax_core.errors import UsageError
 from pax_core.launchers.slurm import SlurmOptions, launch, script
-from pax_core.testing import read_metrics
+from pax_core.testing import cpu_xla_flags, read_metrics
 
 PAX = str(Path(sys.executable).with_name("pax"))
 TRAIN = ["pax", "train", "--exp", "TinyCounting", "--set", "NUM_TRAIN_STEPS=20"]
@@ -240,7 +240,7 @@ def test_two_tasks_of_a_job_train_as_one_process_with_as_many_devices(slurm, mon
                                                                         tmp_path, capsys):
     # srun passes the launcher's environment on: each task sees 4 CPU devices.
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=4")
+    monkeypatch.setenv("XLA_FLAGS", cpu_xla_flags(4))
     code = launch([*TRAIN, "--job-dir", str(tmp_path / "two")],
                   SlurmOptions("debug", tasks_per_node=2))
     out, err = capsys.readouterr()
@@ -256,7 +256,7 @@ def test_two_tasks_of_a_job_train_as_one_process_with_as_many_devices(slurm, mon
 
     single = subprocess.run(
         [PAX, *TRAIN[1:], "--job-dir", str(tmp_path / "one")], capture_output=True, text=True,
-        timeout=120, env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+        timeout=120, env={**os.environ, "XLA_FLAGS": cpu_xla_flags(8)})
     assert single.returncode == 0, single.stderr
     two, one = read_metrics(tmp_path / "two"), read_metrics(tmp_path / "one")
     # Each task had 4 devices of the run's 8: the two tasks joined as one run.

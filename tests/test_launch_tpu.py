@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from pax_core.testing import read_metrics, run_pax
+from pax_core.testing import cpu_xla_flags, read_metrics, run_pax
 
 PAX = str(Path(sys.executable).with_name("pax"))
 STAND_IN = textwrap.dedent(f"""\
@@ -70,7 +70,7 @@ def gcloud(tmp_path, monkeypatch) -> Path:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setenv("GCLOUD_CALLS", str(calls))
     monkeypatch.setenv("JAX_PLATFORMS", "cpu")
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
+    monkeypatch.setenv("XLA_FLAGS", cpu_xla_flags(2))
     monkeypatch.setenv("PAX_STRICT_PLUGINS", "1")
     for name in list(os.environ):
         if name.startswith(("PAX_COORDINATOR", "PAX_NUM_PROCESSES", "PAX_PROCESS_ID",
@@ -101,7 +101,7 @@ def test_two_slices_of_two_workers_train_as_one_process(gcloud, tmp_path, monkey
     command = ["pax", "train", *EXP, "--job-dir", str(job), *_sets(*SMALL, *steps)]
     launched = _launch(*args, *command)
     assert launched.returncode == 0, launched.stderr[-3000:]
-    monkeypatch.setenv("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
+    monkeypatch.setenv("XLA_FLAGS", cpu_xla_flags(8))
     alone = run_pax("train", *EXP, "--job-dir", str(tmp_path / "one"), *_sets(*SMALL, *steps),
                     timeout=300)
     assert alone.returncode == 0, alone.stderr[-3000:]

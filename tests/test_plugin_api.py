@@ -44,6 +44,7 @@ API = [
 ]
 TESTING_API = [
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "build_run", "cpu_mesh",
+    "cpu_xla_flags",
     "evaluate", "export_params", "fault_trials", "first_batch_losses", "first_batch_steps",
     "going_down", "import_job",
     "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "plan", "read_metrics",

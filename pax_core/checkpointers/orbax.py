@@ -63,6 +63,29 @@ def _quiet_absl(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
+_WHOLE_ARRAYS: list[Any] = []  # the handler registered by _one_writer_per_array
+
+
+def _one_writer_per_array() -> None:
+    """With every device in one process, each array is written whole by that process. Orbax's
+    replica-parallel saving splits a replicated array into a slice per replica so that several
+    hosts share its writing; in one process it only adds, for every array and every replica,
+    an eager slice on the device and a write of its own (on 8 data-parallel devices, most of a
+    small model's save). Runs of several processes keep it. Done once a process, without
+    Orbax's warning that a handler is replaced."""
+    import jax
+    from orbax.checkpoint import type_handlers
+    from orbax.checkpoint._src.metadata import array_metadata_store
+
+    if _WHOLE_ARRAYS or jax.process_count() > 1:
+        return
+    handler = type_handlers.ArrayHandler(use_replica_parallel=False,
+                                         array_metadata_store=array_metadata_store.Store())
+    with _quiet_absl(True):
+        type_handlers.register_type_handler(jax.Array, handler, override=True)
+    _WHOLE_ARRAYS.append(handler)
+
+
 class OrbaxCheckpointer(Checkpointer):
     """Orbax ``CheckpointManager`` under ``JOB_DIR/checkpoints``: asynchronous, keeps the last
     ``max_to_keep`` steps."""
@@ -87,6 +110,7 @@ class OrbaxCheckpointer(Checkpointer):
                 enable_async_checkpointing=settings.async_save,
                 create=True,
             )
+        _one_writer_per_array()
         handlers = {"state": ocp.StandardCheckpointHandler(), "input": ocp.JsonCheckpointHandler()}
         self._manager = self._despite_removals(lambda: ocp.CheckpointManager(
             directory, options=options, item_handlers=handlers))

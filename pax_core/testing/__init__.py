@@ -4,7 +4,8 @@
   (``class TestConformance(PluginConformance): plugin = "myplugin"``), see
   ``pax_core.testing.conformance``.
 * ``use_cpu_devices(8)`` — call at the top of ``conftest.py``, before JAX is imported, to get 8
-  fake CPU devices.
+  fake CPU devices; ``cpu_xla_flags(n)`` is the ``XLA_FLAGS`` value for a process a test starts
+  with ``n`` of them (both compile without LLVM's optimisations: ``pax_core.testing.cpu``).
 * ``isolated_host(*plugins)`` — a plugin host with the built-ins and only the given plugins (no
   installed entry points), so a test sees exactly what it registered.
 * the ``pax_host`` fixture (an isolated host) and ``register_plugin(host, obj)`` for a throwaway
@@ -48,6 +49,7 @@ from pax_core.files import CACHE_DIR_VAR
 from pax_core.plugins.host import PluginHost, PluginSelection
 from pax_core.testing.commands import read_metrics, run_pax
 from pax_core.testing.conformance import PluginConformance, going_down, parametrize_conformance
+from pax_core.testing.cpu import cpu_xla_flags, use_cpu_devices
 from pax_core.testing.faults import (
     KillTrials,
     assert_same_params,
@@ -76,6 +78,7 @@ _LENT = {
 
 __all__ = [  # noqa: RUF022 (the lent names last)
     "KillTrials", "PluginConformance", "PluginHost", "assert_same_params", "cpu_mesh",
+    "cpu_xla_flags",
     "fault_trials", "going_down", "isolated_host", "kill_and_compare", "kill_trials", "pax_host",
     "read_metrics",
     "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
@@ -91,14 +94,6 @@ def __getattr__(name: str) -> Any:
     if name not in _LENT:
         raise AttributeError(f"module 'pax_core.testing' has no attribute {name!r}")
     return getattr(importlib.import_module(_LENT[name]), name)
-
-
-def use_cpu_devices(count: int = 8) -> None:
-    """Make JAX's CPU platform show ``count`` devices; must run before JAX starts."""
-    flag = f"--xla_force_host_platform_device_count={count}"
-    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-    os.environ["XLA_FLAGS"] = " ".join([*flags, flag])
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def isolated_host(*plugins: tuple[str, Any], strict: bool = False) -> PluginHost:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from pax_core.files import is_remote, job_path
+from pax_core.testing.cpu import cpu_xla_flags
 from pax_core.testing.forked import run_command, start_command
 
 SOAK_VAR = "PAX_SOAK"
@@ -269,8 +270,7 @@ def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: in
     root = Path(root)
 
     def chain(count: int) -> KillTrials:
-        env = {"JAX_PLATFORMS": "cpu",
-               "XLA_FLAGS": f"--xla_force_host_platform_device_count={count}"}
+        env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": cpu_xla_flags(count)}
         killed = kill_trials(args, root / f"killed-{count}", trials=trials, seed=count, env=env)
         straight = kill_trials(args, root / f"straight-{count}", trials=0, env=env)
         assert straight.finished.returncode == 0, straight.finished.stderr

@@ -46,10 +46,14 @@ def _greedy_torch(model, ids: np.ndarray, steps: int) -> list[int]:
 
 
 def _greedy_pax(decoder, params, ids: np.ndarray, steps: int) -> list[int]:
-    apply = jax.jit(lambda p, t: decoder.apply({"params": p}, t)[:, -1].argmax(-1))
-    tokens = ids
-    for _ in range(steps):
-        tokens = np.concatenate([tokens, np.asarray(apply(params, tokens))[:, None]], axis=1)
+    """Greedy tokens from one compiled forward pass over a buffer of the final length: the
+    decoder is causal (and Mixtral's routing dropless), so the zeros after position ``n`` leave
+    its logits as they are, and each step reads the position it fills."""
+    apply = jax.jit(lambda p, t, n: decoder.apply({"params": p}, t)[0, n - 1].argmax())
+    tokens = np.zeros((1, ids.shape[1] + steps), ids.dtype)
+    tokens[:, :ids.shape[1]] = ids
+    for n in range(ids.shape[1], tokens.shape[1]):
+        tokens[0, n] = apply(params, tokens, n)
     return tokens[0, ids.shape[1]:].tolist()
 
 

@@ -28,10 +28,11 @@ VARIANTS = ("TinyLm", "TinyLmRotaryGated", "TinyLmRepeatedSeparate")
 
 def _prepare_environment() -> None:
     """Sets the environment paxml runs in, here and in the training processes: this folder
-    importable (``--exp`` names a module here), JAX on the CPU, and no XLA flags inherited from
-    the caller: a caller that fakes several host devices would otherwise change the mesh and
-    the global batch the jobs train with."""
-    os.environ.pop("XLA_FLAGS", None)
+    importable (``--exp`` names a module here), JAX on the CPU, and none of the caller's XLA
+    flags (a caller that fakes several host devices would otherwise change the mesh and the
+    global batch the jobs train with) but the one Pax's tests compile with: no LLVM
+    optimisations, most of a tiny job's time being its compiles."""
+    os.environ["XLA_FLAGS"] = "--xla_backend_optimization_level=0"
     os.environ["JAX_PLATFORMS"] = "cpu"
     os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2"
     os.environ["PYTHONPATH"] = os.pathsep.join(

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from pax_core.testing import read_metrics, run_pax, stop_once_saved
+from pax_core.testing import cpu_xla_flags, read_metrics, run_pax, stop_once_saved
 
 RAY = str(Path(sys.executable).with_name("ray"))
 SWEEP = ["sweep", "--exp", "MlpSynthetic", "--runner", "ray", "--metric", "eval/test loss",
@@ -33,7 +33,7 @@ def cluster(tmp_path_factory):
     """A one-node Ray cluster with 2 CPUs; its workers see 2 fake CPU devices each."""
     address = f"127.0.0.1:{_free_port()}"
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
-           "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+           "XLA_FLAGS": cpu_xla_flags(2),
            "PAX_CACHE_DIR": str(tmp_path_factory.mktemp("cache"))}
     subprocess.run([RAY, "start", "--head", f"--port={address.split(':')[1]}",
                     "--node-ip-address=127.0.0.1", "--num-cpus=2", "--num-gpus=0",
