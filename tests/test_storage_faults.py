@@ -89,8 +89,9 @@ def _fail_under_a_run(tmp_path: Path, settings: str, at_step: int, fault: str
                       ) -> tuple[int, float, str]:
     """Train (``TRAIN`` and ``settings``) until step ``at_step`` is logged, run ``fault``, and
     time how long the run takes to end (it is killed after ``STOP_SEC``); then run the same
-    command to five steps past its newest checkpoint folder (``OUT/resumed.*``). Returns
-    the status, the seconds and the one error line."""
+    command to five steps past its newest checkpoint folder (``OUT/resumed.*``; ``OUT/intact``
+    is the newest step with its checksum record before that). Returns the status, the seconds
+    and the one error line."""
     _in_namespace(tmp_path, f"""\
         PAX_STRICT_PLUGINS=1 $PAX train {TRAIN} {settings} --set NUM_TRAIN_STEPS=1000000 \\
             --job-dir $JOB > $OUT/out 2> $OUT/err & RUN=$!
@@ -104,6 +105,8 @@ def _fail_under_a_run(tmp_path: Path, settings: str, at_step: int, fault: str
         echo "$(date +%s.%N) - $START" | bc > $OUT/seconds
         rm -f $DISK/filler; umount $JOB/checkpoints 2>/dev/null
         LAST=$(ls $JOB/checkpoints 2>/dev/null | grep -E '^[0-9]+$' | sort -n | tail -1)
+        ls $JOB/checkpoints/*/pax_checksums.json 2>/dev/null | xargs -r -n1 dirname \
+            | xargs -r -n1 basename | grep -E '^[0-9]+$' | sort -n | tail -1 > $OUT/intact
         $PAX train {TRAIN} --set NUM_TRAIN_STEPS=$(( ${{LAST:-0}} + 5 )) --job-dir $JOB \\
             > $OUT/resumed.out 2> $OUT/resumed.err; echo $? > $OUT/resumed.status
         """)
@@ -129,16 +132,19 @@ def test_a_storage_failure_during_a_run_stops_it_with_one_line(tmp_path, fault):
 
 
 def _resumes_as_the_error_says(tmp_path: Path, error: str) -> int | None:
-    """The run of the same command resumed from the step the error line called intact (None:
-    it said none is left, and the run started afresh); returns that step."""
+    """The run of the same command resumed from the step the error line called intact, or,
+    where it named none (the metrics failed first), from the newest complete checkpoint: the
+    newest with its checksum record (None: none is left, and the run started afresh); returns
+    that step."""
     assert int((tmp_path / "resumed.status").read_text()) == 0
     resumed = (tmp_path / "resumed.out").read_text()
-    if "no complete checkpoint is left" in error:
-        assert "resuming" not in resumed
-        return None
     kept = re.search(r"the newest complete checkpoint, step (\d+), is intact|"
                      r"step (\d+) itself is complete \(what failed came after it\)", error)
-    intact = int(kept[1] or kept[2])
+    recorded = (tmp_path / "intact").read_text().strip()
+    intact = int(kept[1] or kept[2]) if kept else int(recorded) if recorded else None
+    if intact is None or "no complete checkpoint is left" in error:
+        assert intact is None and "resuming" not in resumed, resumed
+        return None
     assert f"resuming from step {intact} of" in resumed, resumed
     # A step the failure left without its checksum record, newer than the intact one, may be
     # set aside as one that cannot be verified; none is damaged.
