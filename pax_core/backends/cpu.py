@@ -10,6 +10,13 @@ from pax_core.backends.base import Backend
 _DEVICE_COUNT = re.compile(r"--xla_force_host_platform_device_count=(\d+)")
 
 
+def with_device_count(flags: str, count: int) -> str:
+    """``XLA_FLAGS`` value ``flags`` with the host's fake device count set to ``count``, every
+    other flag kept."""
+    kept = _DEVICE_COUNT.sub("", flags).split()
+    return " ".join([*kept, f"--xla_force_host_platform_device_count={count}"])
+
+
 class CpuBackend(Backend):
     """The host CPU. Multi-process CPU runs need JAX's gloo collectives, set here explicitly."""
 
@@ -25,8 +32,7 @@ class CpuBackend(Backend):
         flags = os.environ.get("XLA_FLAGS", "")
         found = _DEVICE_COUNT.search(flags)
         each = max(1, (int(found.group(1)) if found else 1) // count)
-        kept = _DEVICE_COUNT.sub("", flags).split()
-        return {"XLA_FLAGS": " ".join([*kept, f"--xla_force_host_platform_device_count={each}"])}
+        return {"XLA_FLAGS": with_device_count(flags, each)}
 
     def prepare(self) -> None:
         import jax

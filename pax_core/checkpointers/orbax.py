@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import time
@@ -63,9 +64,7 @@ def _quiet_absl(quiet: bool) -> Iterator[None]:
         logger.setLevel(level)
 
 
-_WHOLE_ARRAYS: list[Any] = []  # the handler registered by _one_writer_per_array
-
-
+@functools.cache
 def _one_writer_per_array() -> None:
     """With every device in one process, each array is written whole by that process. Orbax's
     replica-parallel saving splits a replicated array into a slice per replica so that several
@@ -77,13 +76,12 @@ def _one_writer_per_array() -> None:
     from orbax.checkpoint import type_handlers
     from orbax.checkpoint._src.metadata import array_metadata_store
 
-    if _WHOLE_ARRAYS or jax.process_count() > 1:
+    if jax.process_count() > 1:
         return
     handler = type_handlers.ArrayHandler(use_replica_parallel=False,
                                          array_metadata_store=array_metadata_store.Store())
     with _quiet_absl(True):
         type_handlers.register_type_handler(jax.Array, handler, override=True)
-    _WHOLE_ARRAYS.append(handler)
 
 
 class OrbaxCheckpointer(Checkpointer):

@@ -23,6 +23,7 @@ import socket
 import sys
 from pathlib import Path
 
+from pax_core.backends.cpu import with_device_count
 from pax_core.errors import UsageError
 from pax_core.launchers.supervise import Child, supervise
 from pax_core.parallel.processes import DistributedOptions
@@ -85,10 +86,8 @@ def _host_port(host: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -
 def _environment(options: DistributedOptions, cpu_devices: int | None) -> dict[str, str]:
     env = {**os.environ, **options.as_environment(), "PYTHONUNBUFFERED": "1"}
     if cpu_devices is not None:
-        flags = [f for f in env.get("XLA_FLAGS", "").split()
-                 if not f.startswith("--xla_force_host_platform_device_count")]
-        flags.append(f"--xla_force_host_platform_device_count={cpu_devices}")
-        env.update(XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
+        env.update(XLA_FLAGS=with_device_count(env.get("XLA_FLAGS", ""), cpu_devices),
+                   JAX_PLATFORMS="cpu")
     return env
 
 
