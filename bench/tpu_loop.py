@@ -4,7 +4,8 @@ from Pax: the weights are a dict of arrays, the layers a ``jax.lax.scan`` under
 ``jax.checkpoint``, attention JAX's own Splash kernel, the optimizer optax's, one jitted step
 with the state donated, a Python loop over one batch of random tokens kept on the chip.
 
-    python bench/tpu_loop.py --model 470m --remat full [--batch 8] [--steps 20]
+    python bench/tpu_loop.py --model 470m --remat full [--batch 8] [--steps 20] [--block 512]
+        [--fused-bwd] [--profile DIR]
 
 Prints one JSON line: tokens/s over ``--steps`` timed steps after three untimed ones, the step
 time, MFU (PaLM's count: 6 per weight a token plus 12 x layers x dims x sequence for
@@ -69,13 +70,17 @@ def rope(x, positions):
 
 
 @functools.cache
-def kernel(heads):
-    block = 512
+def kernel(heads, block=512, fused=False):
+    """Splash's tiles: ``fused`` computes dq in the dk/dv kernel, one backward pass not two."""
+    dq = {} if fused else {"block_q_dq": block, "block_kv_dq": block}
     sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
                               block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                              block_q_dq=block, block_kv_dq=block)
+                              use_fused_bwd_kernel=fused, **dq)
     mask = splash.MultiHeadMask([splash.CausalMask((SEQ, SEQ))] * heads)
     return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
+
+
+SPLASH = {"block": 512, "fused": False}
 
 
 def layer(x, w):
@@ -87,7 +92,7 @@ def layer(x, w):
                for n in ("wq", "wk", "wv"))
     q = rope(q, positions) * (q.shape[-1] ** -0.5)
     k = rope(k, positions)
-    attend = jax.vmap(kernel(q.shape[2]))
+    attend = jax.vmap(kernel(q.shape[2], **SPLASH))
     context = attend(*(jnp.swapaxes(t, 1, 2) for t in (q.astype(BF16), k, v)))
     context = jnp.swapaxes(context, 1, 2)
     out = checkpoint_name(jnp.einsum("btnh,nhd->btd", context, w["wo"].astype(BF16)), "out")
@@ -113,7 +118,11 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--peak-tflops", type=float, default=197.0)
+    parser.add_argument("--block", type=int, default=512, help="Splash's tile")
+    parser.add_argument("--fused-bwd", action="store_true", help="Splash's fused backward")
+    parser.add_argument("--profile", help="trace three steps with jax.profiler into this folder")
     args = parser.parse_args()
+    SPLASH.update(block=args.block, fused=args.fused_bwd)
     layers, dims, heads, head_dims, hidden, optimizer = MODELS[args.model]
     params = init(jax.random.key(0), layers, dims, heads, head_dims, hidden)
     tx = optax.adam(3e-4, b2=0.95) if optimizer == "adam" else optax.adafactor(3e-4)
@@ -137,6 +146,13 @@ def main() -> None:
         params, opt_state, loss = compiled(params, opt_state, ids, labels)
     loss.block_until_ready()
     step_sec = (time.perf_counter() - started) / args.steps
+    if args.profile:
+        jax.profiler.start_trace(args.profile)
+        for number in range(3):
+            with jax.profiler.StepTraceAnnotation("train", step_num=number):
+                params, opt_state, loss = compiled(params, opt_state, ids, labels)
+        loss.block_until_ready()
+        jax.profiler.stop_trace()
     weights = sum(math.prod(p.shape) for p in jax.tree.leaves(params)) - VOCAB * dims
     model_flops = args.batch * SEQ * (6 * weights + 12 * layers * heads * head_dims * SEQ)
     cost = compiled.cost_analysis()
@@ -146,7 +162,7 @@ def main() -> None:
     working = analysis.temp_size_in_bytes + max(
         0, analysis.output_size_in_bytes - analysis.alias_size_in_bytes)
     print(json.dumps({
-        "model": args.model, "remat": args.remat, "batch": args.batch,
+        "model": args.model, "remat": args.remat, "batch": args.batch, **SPLASH,
         "tokens_per_sec": args.batch * SEQ / step_sec, "step_sec": step_sec,
         "mfu": model_flops / step_sec / (args.peak_tflops * 1e12),
         "xla_flops_per_step": float(cost.get("flops", 0.0)),

@@ -13,6 +13,11 @@ Steps (``--steps``, each a name; all by default):
   own figures (FLOPs with loops counted in full, as ``pax plan`` reads the program; the memory
   the compiler plans) for the HFU and peak to be checked against.
 * ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out, none).
+* ``profile-MODEL-POLICY``: three steps of each traced with ``jax.profiler``, Pax at that
+  ``CHECKPOINT_POLICY`` and the hand-written loop at qkv_out, the traces copied to
+  ``--out``/{pax,hand}-MODEL.xplane.pb for bench/tpu_profile.py to read.
+* ``splash``: Splash's forward and backward at the 470M benchmark's attention ([8, 16, 2,048,
+  64] in bfloat16, causal) for several tilings, and a projection-sized matmul for scale.
 
 Each step appends one JSON line to ``--out``/tpu_train.jsonl. Run here, ``--report FILE...``
 turns such files into bench/results/tpu_train.{json,md} (the ratios: Pax's tokens/s over the
@@ -162,14 +167,94 @@ def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | Non
     return found
 
 
-def hand_run(model: str, policy: str) -> dict:
+def hand_run(model: str, policy: str, *extra: str) -> dict:
     done = subprocess.run([sys.executable, str(HERE / "tpu_loop.py"), "--model", model,
-                           "--remat", policy], capture_output=True, text=True, timeout=600)
+                           "--remat", policy, *extra], capture_output=True, text=True,
+                          timeout=600)
     if done.returncode:
         return {"step": f"hand-{model}-{policy}", "exit": done.returncode,
                 "stderr": done.stderr[-1500:]}
     return {"step": f"hand-{model}-{policy}", "exit": 0,
             **json.loads(done.stdout.strip().splitlines()[-1])}
+
+
+def _newest_trace(folder: Path) -> Path:
+    return max(folder.glob("**/*.xplane.pb"), key=lambda f: f.stat().st_mtime)
+
+
+def profile(model: str, policy: str, work: Path, out: Path) -> dict:
+    """Pax's step and the hand-written loop's, three of each traced."""
+    job = work / f"profile-{model}"
+    done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
+                "--set", f"CHECKPOINT_POLICY={policy}", "--set", "NUM_TRAIN_STEPS=12",
+                "--profile-steps", "10:12", "--no-eval-on-test")
+    found = {"step": f"profile-{model}-{policy}", "pax_exit": done.returncode,
+             "pax_tail": done.stderr[-800:]}
+    if not done.returncode:
+        (out / f"pax-{model}.xplane.pb").write_bytes(_newest_trace(job / "profile").read_bytes())
+    hand = hand_run(model, "qkv_out", "--steps", "5", "--profile", str(work / "hand"))
+    found["hand"] = hand
+    if not hand["exit"]:
+        (out / f"hand-{model}.xplane.pb").write_bytes(_newest_trace(work / "hand").read_bytes())
+    return found
+
+
+def _seconds(fn, *args, repeats: int = 10) -> float:
+    """Median wall time of ``fn(*args)`` after a compile and a warm-up call."""
+    import jax
+
+    jax.block_until_ready(fn(*args))
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        jax.block_until_ready(fn(*args))
+        times.append(time.perf_counter() - began)
+    return statistics.median(times)
+
+
+def splash_tilings() -> dict:
+    """Splash's forward + backward at the 470M benchmark's attention for several tilings."""
+    import jax
+    import jax.numpy as jnp
+    from jax.experimental.pallas.ops.tpu import splash_attention as splash
+
+    batch, heads, length, dims = 8, 16, 2048, 64
+    keys = jax.random.split(jax.random.key(0), 3)
+    q, k, v = (jax.random.normal(key, (batch, heads, length, dims), jnp.bfloat16)
+               for key in keys)
+    causal_flops = 4 * batch * heads * length * length * dims / 2  # QK and PV, half the mask
+    tilings = {}
+    for block, fused, kv_compute, layout in ((512, False, 512, "head"), (512, True, 512, "head"),
+                                             (1024, True, 512, "head"),
+                                             (1024, True, 1024, "head"),
+                                             (2048, True, 512, "head"),
+                                             (512, True, 512, "seq"), (1024, True, 512, "seq")):
+        name = f"block{block}-kvc{kv_compute}-{'fused' if fused else 'split'}-k{layout}"
+        dq = {} if fused else {"block_q_dq": block, "block_kv_dq": block}
+        k_layout = (splash.QKVLayout.SEQ_MINOR if layout == "seq"
+                    else splash.QKVLayout.HEAD_DIM_MINOR)
+        try:
+            sizes = splash.BlockSizes(
+                block_q=block, block_kv=block, block_kv_compute=kv_compute, block_q_dkv=block,
+                block_kv_dkv=block, block_kv_dkv_compute=kv_compute,
+                use_fused_bwd_kernel=fused, k_layout=k_layout, **dq)
+            kernel = jax.vmap(splash.make_splash_mha(
+                splash.MultiHeadMask([splash.CausalMask((length, length))] * heads),
+                block_sizes=sizes, head_shards=1, q_seq_shards=1))
+            forward = jax.jit(kernel)
+            both = jax.jit(jax.grad(lambda q, k, v, f=kernel: f(q, k, v).astype(jnp.float32).sum(),
+                                    argnums=(0, 1, 2)))
+            fwd, total = _seconds(forward, q, k, v), _seconds(both, q, k, v)
+            tilings[name] = {"forward_ms": fwd * 1e3, "forward_and_backward_ms": total * 1e3,
+                             "forward_tflops": causal_flops / fwd / 1e12,
+                             "all_tflops": 3.5 * causal_flops / total / 1e12}
+        except Exception as error:  # a tiling the kernel refuses is a finding
+            tilings[name] = {"error": f"{type(error).__name__}: {str(error)[:300]}"}
+    a = jax.random.normal(keys[0], (batch * length, 1024), jnp.bfloat16)
+    b = jax.random.normal(keys[1], (1024, 4096), jnp.bfloat16)
+    matmul = _seconds(jax.jit(lambda a, b: a @ b), a, b)
+    return {"step": "splash", "shape": [batch, heads, length, dims], "tilings": tilings,
+            "matmul_16384x1024x4096_tflops": 2 * batch * length * 1024 * 4096 / matmul / 1e12}
 
 
 def measure(args: argparse.Namespace) -> None:
@@ -188,6 +273,10 @@ def measure(args: argparse.Namespace) -> None:
             result = start(Path(tmp))
         elif kind == "parity":
             result = parity()
+        elif kind == "splash":
+            result = splash_tilings()
+        elif kind == "profile":
+            result = profile(model, policy, Path(tmp), out)
         elif kind == "pax":
             result = pax_run(model, policy, Path(tmp), args.train_steps,
                              Path(args.hlo_dir) if args.hlo_dir else None)
