@@ -4,8 +4,8 @@ from Pax: the weights are a dict of arrays, the layers a ``jax.lax.scan`` under
 ``jax.checkpoint``, attention JAX's own Splash kernel, the optimizer optax's, one jitted step
 with the state donated, a Python loop over one batch of random tokens kept on the chip.
 
-    python bench/tpu_loop.py --model 470m --remat full [--batch 8] [--steps 20] [--block 512]
-        [--fused-bwd] [--profile DIR]
+    python bench/tpu_loop.py --model 470m --remat full [--batch 8] [--steps 20] [--block 1024]
+        [--split-bwd] [--k-layout seq] [--profile DIR]
 
 Prints one JSON line: tokens/s over ``--steps`` timed steps after three untimed ones, the step
 time, MFU (PaLM's count: 6 per weight a token plus 12 x layers x dims x sequence for
@@ -35,6 +35,8 @@ POLICIES = {
     "full": jax.checkpoint_policies.nothing_saveable,
     "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
     "qkv_out": jax.checkpoint_policies.save_only_these_names("q", "k", "v", "out"),
+    "qkv_attn_out": jax.checkpoint_policies.save_only_these_names("q", "k", "v", "splash", "out"),
+    "attn_out": jax.checkpoint_policies.save_only_these_names("splash", "out"),
     "none": None,
 }
 BF16 = jnp.bfloat16
@@ -70,17 +72,23 @@ def rope(x, positions):
 
 
 @functools.cache
-def kernel(heads, block=512, fused=False):
-    """Splash's tiles: ``fused`` computes dq in the dk/dv kernel, one backward pass not two."""
+def kernel(heads, block=1024, fused=True, k_layout="seq"):
+    """Splash's tiles (keys computed 512 at a time): ``fused`` computes dq in the dk/dv kernel,
+    one backward pass not two; ``k_layout`` lays the keys out head-minor or sequence-minor. Its
+    output and statistics carry the name "splash" for a remat policy to save."""
     dq = {} if fused else {"block_q_dq": block, "block_kv_dq": block}
-    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                              block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                              use_fused_bwd_kernel=fused, **dq)
+    compute = min(block, 512)
+    layout = splash.QKVLayout.SEQ_MINOR if k_layout == "seq" else splash.QKVLayout.HEAD_DIM_MINOR
+    sizes = splash.BlockSizes(block_q=block, block_kv=block, block_kv_compute=compute,
+                              block_q_dkv=block, block_kv_dkv=block,
+                              block_kv_dkv_compute=compute, use_fused_bwd_kernel=fused,
+                              k_layout=layout, **dq)
     mask = splash.MultiHeadMask([splash.CausalMask((SEQ, SEQ))] * heads)
-    return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1)
+    return splash.make_splash_mha(mask, block_sizes=sizes, head_shards=1, q_seq_shards=1,
+                                  residual_checkpoint_name="splash")
 
 
-SPLASH = {"block": 512, "fused": False}
+SPLASH = {"block": 1024, "fused": True, "k_layout": "seq"}
 
 
 def layer(x, w):
@@ -118,11 +126,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--peak-tflops", type=float, default=197.0)
-    parser.add_argument("--block", type=int, default=512, help="Splash's tile")
-    parser.add_argument("--fused-bwd", action="store_true", help="Splash's fused backward")
+    parser.add_argument("--block", type=int, default=1024, help="Splash's tile")
+    parser.add_argument("--split-bwd", action="store_true",
+                        help="Splash's two backward kernels (dq apart from dk, dv)")
+    parser.add_argument("--k-layout", choices=("head", "seq"), default="seq")
     parser.add_argument("--profile", help="trace three steps with jax.profiler into this folder")
     args = parser.parse_args()
-    SPLASH.update(block=args.block, fused=args.fused_bwd)
+    SPLASH.update(block=args.block, fused=not args.split_bwd, k_layout=args.k_layout)
     layers, dims, heads, head_dims, hidden, optimizer = MODELS[args.model]
     params = init(jax.random.key(0), layers, dims, heads, head_dims, hidden)
     tx = optax.adam(3e-4, b2=0.95) if optimizer == "adam" else optax.adafactor(3e-4)

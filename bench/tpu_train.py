@@ -12,7 +12,8 @@ Steps (``--steps``, each a name; all by default):
   first), MFU, HFU and the device memory peak as the run logs them; then the compiled step's
   own figures (FLOPs with loops counted in full, as ``pax plan`` reads the program; the memory
   the compiler plans) for the HFU and peak to be checked against.
-* ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out, none).
+* ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out,
+  qkv_attn_out, attn_out, none).
 * ``profile-MODEL-POLICY``: three steps of each traced with ``jax.profiler``, Pax at that
   ``CHECKPOINT_POLICY`` and the hand-written loop at qkv_out, the traces copied to
   ``--out``/{pax,hand}-MODEL.xplane.pb for bench/tpu_profile.py to read.
@@ -42,8 +43,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXPERIMENTS = {"470m": "LlamaBench470M", "1b": "LlamaBench1B"}
-DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "hand-470m-full", "hand-470m-qkv_out",
-                 "pax-1b-auto", "hand-1b-full")
+DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "hand-470m-attn_out",
+                 "hand-470m-qkv_attn_out", "hand-470m-qkv_out", "pax-1b-auto", "hand-1b-full",
+                 "hand-1b-attn_out")
 
 
 def _pax(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:

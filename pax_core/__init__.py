@@ -22,7 +22,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.20.0"
+API_VERSION = "1.21.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {
@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "apply_presets": "pax_core.backends.presets",
     "parse_flags": "pax_core.backends.presets",
     "dot_product_attention": "pax_core.backends.attention",
+    "ATTENTION_RESIDUALS": "pax_core.backends.attention",
     "MeshLayout": "pax_core.parallel.layouts",
     "DistributedOptions": "pax_core.parallel.processes",
     "axes": "pax_core.axes",

@@ -25,8 +25,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # The public surface. Changing it is a decision: a new name is a minor version of API_VERSION,
 # a removed or renamed one a major version (or a deprecation, see pax_core._DEPRECATED).
 API = [
-    "API_VERSION", "Adafactor", "Adam", "Backend", "CheckpointSettings", "Checkpointer",
-    "Component", "Constant", "CpuBackend", "DamagedCheckpoint", "DistributedOptions",
+    "API_VERSION", "ATTENTION_RESIDUALS", "Adafactor", "Adam", "Backend", "CheckpointSettings",
+    "Checkpointer", "Component", "Constant", "CpuBackend", "DamagedCheckpoint",
+    "DistributedOptions",
     "EarlyStopping", "EvalResult", "ExpOpt", "Experiment", "ExperimentRef", "IndexedInput",
     "Input", "Job", "JobDirOpt", "JobRequest", "JsonOpt", "Learner", "LinearRampupCosineDecay",
     "LinearRampupExponentialDecay", "LinearRampupPiecewiseConstant", "Lion", "LoadedJob", "Logger",

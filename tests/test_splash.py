@@ -140,9 +140,44 @@ def test_what_splash_does_not_serve_is_named():
 
 
 def test_block_sizes_are_the_largest_that_divide_the_sequence():
-    assert block_sizes(2048).block_q == block_sizes(2048).block_kv_dq == 512
-    assert block_sizes(768).block_kv == 256
+    assert block_sizes(2048).block_q == block_sizes(2048).block_kv_dkv == 1024
+    assert block_sizes(2048).block_kv_compute == 512
+    assert block_sizes(2560).block_q == 512
+    assert block_sizes(768).block_kv == block_sizes(768).block_kv_compute == 256
     assert block_sizes(384).block_q_dkv == 128
+    assert block_sizes(384).use_fused_bwd_kernel
+
+
+@pytest.mark.parametrize("segments", [False, True], ids=["causal", "segments"])
+def test_a_block_computed_in_parts_matches_xla(segments):
+    """At 1,024 tokens a block of 1,024 keys is computed 512 at a time."""
+    length = 1024
+    ids = jnp.asarray(np.repeat([[1, 2]], 1, 0).repeat(length // 2, 1)) if segments else None
+    kwargs = dict(is_causal=True, segment_ids=ids, window=0, logit_cap=0.0, scale=None)
+    q, k, v = _inputs(batch=1, heads=2, kv_heads=1, length=length, dims=16)
+    _close(*_both(kwargs, _mask(length, causal=True, segment_ids=ids), q, k, v))
+
+
+@pytest.mark.parametrize("saved", [False, True], ids=["recomputed", "saved"])
+def test_a_policy_that_saves_the_kernel_s_residuals_keeps_them(saved, capsys):
+    """Under remat, the backward pass runs Splash's forward kernel again unless the policy
+    saves ``pax_core.ATTENTION_RESIDUALS``: the kernel's output and softmax statistics."""
+    from jax.ad_checkpoint import print_saved_residuals
+
+    from pax_core import ATTENTION_RESIDUALS
+
+    names = (ATTENTION_RESIDUALS,) if saved else ()
+    policy = jax.checkpoint_policies.save_only_these_names(*names)
+    q, k, v = _inputs(batch=1, heads=2, kv_heads=2)
+
+    def loss(q, k, v):
+        out = splash_attention(q, k, v, is_causal=True, segment_ids=None, interpret=True)
+        return jnp.sin(out).sum()
+
+    print_saved_residuals(jax.checkpoint(loss, policy=policy), q, k, v)
+    kept = [line.split()[0] for line in capsys.readouterr().out.splitlines()
+            if "output of jitted function '_splash_attention'" in line]
+    assert kept == ([f"f32[1,2,{LENGTH},32]", f"f32[1,2,{LENGTH}]"] if saved else []), kept
 
 
 def test_the_tpu_backend_serves_splash_and_says_once_why_not(monkeypatch, capsys):

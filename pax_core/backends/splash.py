@@ -12,6 +12,11 @@ scale of the layer's own is applied to the queries first. What it does not (a de
 offset mask, a scanned layer's per-layer window, a sequence split over devices) is said by
 ``splash_unsupported`` and left to XLA.
 
+The kernel's output and softmax statistics, what its backward pass reads, carry the checkpoint
+name ``pax_core.ATTENTION_RESIDUALS``: a remat policy that saves them spares the backward pass
+recomputing the attention (the model's own ``context`` name is on the output after it is laid
+back out, which the kernel's backward pass does not read).
+
 Under a mesh of several devices the kernel runs per device through ``jax.shard_map``, the batch
 and the heads split as the logical axis rules split them. ``interpret=True`` runs the kernel's
 own program through Pallas' interpreter, on any platform: the parity tests use it on CPU.
@@ -27,10 +32,15 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
+from pax_core.backends.attention import ATTENTION_RESIDUALS
 
-# Splash tiles the sequence in blocks of these sizes, the largest that divides it first: 512 was
-# the fastest on a v5e at 2,048 tokens (bench/tpu_train.py), 128 is the kernel's lane width.
-BLOCKS = (512, 256, 128)
+# Splash tiles the sequence in blocks of these sizes, the largest that divides it first, and
+# computes a block's keys 512 at a time. On a v5e at 2,048 tokens of 64-wide heads, 1,024 with a
+# fused backward pass and keys laid out sequence-minor was 25 % faster than 512 with two backward
+# passes, and 2,048 overflowed the kernel's on-chip memory (bench/tpu_train.py's ``splash``
+# step); 128 is the kernel's lane width.
+BLOCKS = (1024, 512, 256, 128)
+KV_COMPUTE = 512
 _QKV = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
 
 
@@ -113,13 +123,14 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array, *, is_c
 
 def block_sizes(length: int) -> Any:
     """Splash's tiles for a sequence of ``length``: the largest of ``BLOCKS`` that divides it,
-    for the forward pass and both backward kernels."""
-    from jax.experimental.pallas.ops.tpu.splash_attention import BlockSizes
+    for the forward pass and the one backward kernel that computes dq, dk and dv together."""
+    from jax.experimental.pallas.ops.tpu.splash_attention import BlockSizes, QKVLayout
 
     block = next(b for b in BLOCKS if length % b == 0)
-    return BlockSizes(block_q=block, block_kv=block, block_kv_compute=block,
-                      block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=block,
-                      block_q_dq=block, block_kv_dq=block)
+    compute = min(block, KV_COMPUTE)
+    return BlockSizes(block_q=block, block_kv=block, block_kv_compute=compute,
+                      block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=compute,
+                      use_fused_bwd_kernel=True, k_layout=QKVLayout.SEQ_MINOR)
 
 
 @functools.lru_cache(maxsize=64)
@@ -139,4 +150,5 @@ def _kernel(heads: int, length: int, is_causal: bool, window: int, logit_cap: fl
     with jax.ensure_compile_time_eval():  # concrete arrays, though built while tracing a step
         return splash.make_splash_mha(
             splash.MultiHeadMask([mask] * heads), block_sizes=block_sizes(length),
-            head_shards=1, q_seq_shards=1, attn_logits_soft_cap=logit_cap, interpret=interpret)
+            head_shards=1, q_seq_shards=1, attn_logits_soft_cap=logit_cap,
+            residual_checkpoint_name=ATTENTION_RESIDUALS, interpret=interpret)
