@@ -337,6 +337,14 @@ def write_report(files: list[Path]) -> None:
                          f"{r['commit']}): output {r['output_rel_error']:.1e}, dq "
                          f"{r['dq_rel_error']:.1e}, dk {r['dk_rel_error']:.1e}, dv "
                          f"{r['dv_rel_error']:.1e} of the largest value.")
+        if r["step"] == "splash":
+            lines += [f"\nSplash's tilings at {r['shape']} (bfloat16, causal, {r['commit']}; a "
+                      f"{r['matmul_16384x1024x4096_tflops']:.0f} TFLOP/s matmul for scale):", "",
+                      "| tiling | forward ms | forward and backward ms | TFLOP/s (all) |",
+                      "|---|---:|---:|---:|"]
+            lines += [f"| {name} | {t['forward_ms']:.2f} | {t['forward_and_backward_ms']:.2f} | "
+                      f"{t['all_tflops']:.1f} |" if "error" not in t else
+                      f"| {name} | {t['error'][:60]} | | |" for name, t in r["tilings"].items()]
         if r["step"] == "start":
             lines.append(f"\nNo flags on the one-host TPU VM ({r['commit']}): pax train exit "
                          f"{r['train_exit']}, pax decode exit {r['decode_exit']}.")

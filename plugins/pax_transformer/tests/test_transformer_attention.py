@@ -105,29 +105,3 @@ def test_non_causal_attention_sees_later_positions(logit_cap: float) -> None:
         first = [layer.apply(params, inputs, positions)[:, 0] for inputs in (x, later)]
         changed = not np.allclose(first[0], first[1], atol=1e-6)
         assert changed == (not causal), causal
-
-
-@pytest.mark.parametrize("rotating", [16, 8], ids=["full", "partial"])
-def test_rotary_gradient_is_the_rotation_back(rotating: int) -> None:
-    """``apply_rotary``'s own backward pass (the gradient turned by minus the angle) gives what
-    differentiating the textbook half-split rotation gives."""
-    from pax_transformer.layers.positions import apply_rotary, rotary_frequencies
-
-    x = jax.random.normal(jax.random.key(0), (2, 7, 3, 16))
-    positions = jnp.arange(7)[None].repeat(2, 0) * 301
-    weight = jax.random.normal(jax.random.key(1), x.shape)
-    frequencies = rotary_frequencies(rotating, 10000.0)
-
-    def textbook(x):
-        angle = positions[:, :, None, None].astype(jnp.float32) * frequencies
-        first, second = x[..., :rotating // 2], x[..., rotating // 2:rotating]
-        return jnp.concatenate([first * jnp.cos(angle) - second * jnp.sin(angle),
-                                second * jnp.cos(angle) + first * jnp.sin(angle),
-                                x[..., rotating:]], -1)
-
-    def ours(x):
-        return apply_rotary(x, positions, frequencies=frequencies)
-
-    np.testing.assert_allclose(ours(x), textbook(x), atol=1e-6)
-    grads = [jax.grad(lambda x, f=f: (f(x) * weight).sum())(x) for f in (ours, textbook)]
-    np.testing.assert_allclose(*grads, atol=1e-6)

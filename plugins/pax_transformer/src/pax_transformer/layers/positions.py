@@ -107,48 +107,19 @@ def apply_rotary(
     (R even, at most H): dimension i of the first R/2 pairs with dimension i of the next R/2
     and turns by ``position * frequencies[i]``; dimensions R.. pass through (partial rotary).
     None: ``rotary_frequencies(H, base)``, every dimension. Computed in float32 and returned
-    in ``x``'s dtype. The angles carry no gradient: positions are integers and the frequencies
-    are fixed by the configuration.
+    in ``x``'s dtype.
     """
     if frequencies is None:
         frequencies = rotary_frequencies(x.shape[-1], base)
+    rotating = 2 * frequencies.shape[-1]
     angle = positions.astype(jnp.float32)[:, :, None, None] * jnp.asarray(frequencies)
-    return _rotate(x, jax.lax.stop_gradient(angle))
-
-
-def _turn(x: jax.Array, angle: jax.Array) -> jax.Array:
-    """``x``'s first R dimensions turned by ``angle`` [..., R/2], as one elementwise expression
-    over whole heads: ``x * [cos, cos, 1] + swap(x) * [-sin, sin, 0]``, where ``swap``
-    exchanges the two rotating halves. Written over the full head, never as two half-heads: on
-    a TPU a half of a 64-wide head is a tensor padded to the 128 lanes of a tile, and splitting
-    the heads made rotary a fifth of a 470M model's step (bench/tpu_train.py's profile)."""
-    half, dims = angle.shape[-1], x.shape[-1]
     sin, cos = jnp.sin(angle), jnp.cos(angle)
-    rest = [(0, 0)] * (angle.ndim - 1) + [(0, dims - 2 * half)]
-    full_cos = jnp.pad(jnp.concatenate([cos, cos], -1), rest, constant_values=1.0)
-    signed_sin = jnp.pad(jnp.concatenate([-sin, sin], -1), rest)
     y = x.astype(jnp.float32)
-    swapped = jnp.concatenate([y[..., half:2 * half], y[..., :half], y[..., 2 * half:]], -1)
-    return (y * full_cos + swapped * signed_sin).astype(x.dtype)
-
-
-@jax.custom_vjp
-def _rotate(x: jax.Array, angle: jax.Array) -> jax.Array:
-    return _turn(x, angle)
-
-
-def _rotate_forward(x: jax.Array, angle: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return _turn(x, angle), angle
-
-
-def _rotate_backward(angle: jax.Array, grad: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """A rotation's transpose is the rotation back: the gradient turned by ``-angle``, one
-    elementwise pass like the forward one (differentiating the forward expression instead
-    splits the gradient into half-heads). ``apply_rotary`` stops the angles' gradient."""
-    return _turn(grad, -angle), jnp.zeros_like(angle)
-
-
-_rotate.defvjp(_rotate_forward, _rotate_backward)
+    first, second = jnp.split(y[..., :rotating], 2, axis=-1)
+    rotated = [first * cos - second * sin, second * cos + first * sin]
+    if rotating < x.shape[-1]:
+        rotated.append(y[..., rotating:])
+    return jnp.concatenate(rotated, axis=-1).astype(x.dtype)
 
 
 class LearnedPositions(nn.Module):
