@@ -17,6 +17,10 @@ Steps (``--steps``, each a name; all by default):
 * ``profile-MODEL-POLICY``: three steps of each traced with ``jax.profiler``, Pax at that
   ``CHECKPOINT_POLICY`` and the hand-written loop at qkv_out, the traces copied to
   ``--out``/{pax,hand}-MODEL.xplane.pb for bench/tpu_profile.py to read.
+* ``rotary``: rotary positions written three ways (Pax's ``apply_rotary``; one pass over
+  whole heads whose backward pass is the rotation back; the half swap as a product with a
+  signed permutation), each between the 470M benchmark's query and key projections and Splash,
+  forward and backward timed.
 * ``splash``: Splash's forward and backward at the 470M benchmark's attention ([8, 16, 2,048,
   64] in bfloat16, causal) for several tilings, and a projection-sized matmul for scale.
 
@@ -259,6 +263,79 @@ def splash_tilings() -> dict:
             "matmul_16384x1024x4096_tflops": 2 * batch * length * 1024 * 4096 / matmul / 1e12}
 
 
+def _rotary_variants() -> dict:
+    """Rotary written three ways, the same numbers each: x [B, T, N, H], angle [B, T, 1, H/2]."""
+    import jax
+    import jax.numpy as jnp
+
+    def halves(sin, cos):
+        return jnp.concatenate([cos, cos], -1), jnp.concatenate([-sin, sin], -1)
+
+    def whole(x, angle):
+        cos, sin = halves(jnp.sin(angle), jnp.cos(angle))
+        half = angle.shape[-1]
+        y = x.astype(jnp.float32)
+        swapped = jnp.concatenate([y[..., half:], y[..., :half]], -1)
+        return (y * cos + swapped * sin).astype(x.dtype)
+
+    @jax.custom_vjp
+    def turned(x, angle):
+        return whole(x, angle)
+
+    turned.defvjp(lambda x, angle: (whole(x, angle), angle),
+                  lambda angle, g: (whole(g, -angle), jnp.zeros_like(angle)))
+
+    def permuted(x, angle):
+        half = angle.shape[-1]
+        eye = jnp.eye(half, dtype=x.dtype)
+        zero = jnp.zeros_like(eye)
+        swap = jnp.block([[zero, eye], [-eye, zero]])  # x @ swap = [-x2, x1]
+        swapped = jnp.einsum("...h,hk->...k", x, swap, preferred_element_type=jnp.float32,
+                             precision=jax.lax.Precision.HIGHEST)
+        cos = jnp.concatenate([jnp.cos(angle)] * 2, -1)
+        sin = jnp.concatenate([jnp.sin(angle)] * 2, -1)
+        return (x.astype(jnp.float32) * cos + swapped * sin).astype(x.dtype)
+
+    return {"whole_custom_vjp": turned, "permutation_product": permuted}
+
+
+def rotary_forms() -> dict:
+    """Each rotary form between the 470M benchmark's projections and Splash, on the chip."""
+    import jax
+    import jax.numpy as jnp
+
+    from pax_core.backends.splash import splash_attention
+    from pax_transformer.layers.positions import apply_rotary, rotary_frequencies
+
+    batch, length, heads, dims = 8, 2048, 16, 64
+    keys = jax.random.split(jax.random.key(0), 4)
+    x = jax.random.normal(keys[0], (batch, length, heads * dims), jnp.bfloat16)
+    weights = [jax.random.normal(k, (heads * dims, heads, dims), jnp.bfloat16) * 0.03
+               for k in keys[1:]]
+    positions = jnp.broadcast_to(jnp.arange(length), (batch, length))
+    frequencies = rotary_frequencies(dims, 10000.0)
+    angle = positions[:, :, None, None].astype(jnp.float32) * frequencies
+    forms = {"pax": lambda t, a: apply_rotary(t, positions, frequencies=frequencies),
+             **_rotary_variants()}
+
+    def loss(weights, form):
+        q, k, v = (jnp.einsum("btd,dnh->btnh", x, w) for w in weights)
+        q, k = form(q, angle), form(k, angle)
+        out = splash_attention(q, k, v, is_causal=True, segment_ids=None)
+        return out.astype(jnp.float32).sum()
+
+    found, reference = {}, None
+    for name, form in forms.items():
+        step = jax.jit(jax.grad(lambda w, f=form: loss(w, f)))
+        grads = step(weights)
+        reference = grads if reference is None else reference
+        found[name] = {"forward_and_backward_ms": _seconds(step, weights) * 1e3,
+                       "max_grad_difference_from_pax": float(max(
+                           jnp.max(jnp.abs(g.astype(jnp.float32) - r.astype(jnp.float32)))
+                           for g, r in zip(grads, reference, strict=True)))}
+    return {"step": "rotary", "shape": [batch, length, heads, dims], "forms": found}
+
+
 def measure(args: argparse.Namespace) -> None:
     """Each step in a process of its own: one process at a time can hold the chip."""
     out = Path(args.out)
@@ -277,6 +354,8 @@ def measure(args: argparse.Namespace) -> None:
             result = parity()
         elif kind == "splash":
             result = splash_tilings()
+        elif kind == "rotary":
+            result = rotary_forms()
         elif kind == "profile":
             result = profile(model, policy, Path(tmp), out)
         elif kind == "pax":
@@ -345,6 +424,13 @@ def write_report(files: list[Path]) -> None:
             lines += [f"| {name} | {t['forward_ms']:.2f} | {t['forward_and_backward_ms']:.2f} | "
                       f"{t['all_tflops']:.1f} |" if "error" not in t else
                       f"| {name} | {t['error'][:60]} | | |" for name, t in r["tilings"].items()]
+        if r["step"] == "rotary":
+            lines += [f"\nRotary between projections and Splash at {r['shape']} ({r['commit']}):",
+                      "", "| form | forward and backward ms | gradients' largest difference |",
+                      "|---|---:|---:|"]
+            lines += [f"| {name} | {f['forward_and_backward_ms']:.2f} | "
+                      f"{f['max_grad_difference_from_pax']:.1e} |"
+                      for name, f in r["forms"].items()]
         if r["step"] == "start":
             lines.append(f"\nNo flags on the one-host TPU VM ({r['commit']}): pax train exit "
                          f"{r['train_exit']}, pax decode exit {r['decode_exit']}.")
