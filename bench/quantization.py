@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,15 @@ import report
 DEFAULT_STEPS = 600  # QuickStartLm's own NUM_TRAIN_STEPS and LR_COS_DECAY_END
 
 
-def train(job: Path, steps: int) -> dict[str, Any]:
-    """``pax train --exp QuickStartLm`` for ``steps`` steps in a fresh process; its command,
-    seconds and the held-out log-perplexity of its last evaluation."""
+def train(job: Path, steps: int, settings: Sequence[str] = ()) -> dict[str, Any]:
+    """``pax train --exp QuickStartLm`` for ``steps`` steps in a fresh process, with any
+    further ``--set`` ``settings``; its command, seconds and the held-out log-perplexity of
+    its last evaluation."""
     pax = str(Path(sys.executable).with_name("pax"))
     warmup = max(1, steps * 50 // DEFAULT_STEPS)  # the quick start's 50 of 600, scaled
     sets = [f"NUM_TRAIN_STEPS={steps}", f"LR_COS_WARMUP={warmup}",
             f"LR_COS_DECAY_START={warmup}", f"LR_COS_DECAY_END={steps}",
-            f"EVAL_INTERVAL_STEPS={steps}", f"CHECKPOINT_EVERY_N_STEPS={steps}"]
+            f"EVAL_INTERVAL_STEPS={steps}", f"CHECKPOINT_EVERY_N_STEPS={steps}", *settings]
     command = [pax, "train", "--plugin", "lm", "--exp", "QuickStartLm", "--job-dir", str(job),
                *(a for s in sets for a in ("--set", s))]
     started = time.perf_counter()

@@ -9,7 +9,8 @@ Steps (``--steps``, each a name; all by default):
   shape, values and gradients in float32 at the highest matmul precision.
 * ``pax-MODEL-POLICY``: `pax train` of ``LlamaBench470M`` (``470m``) or ``LlamaBench1B``
   (``1b``) with that ``CHECKPOINT_POLICY``: tokens/s (the median of the summaries after the
-  first), MFU, HFU and the device memory peak as the run logs them; then the compiled step's
+  first), MFU, HFU and the device memory peak as the run logs them (``POLICY+int8``: trained
+  with ``QUANTIZE_TRAINING='int8'``); then the compiled step's
   own figures (FLOPs with loops counted in full, as ``pax plan`` reads the program; the memory
   the compiler plans) for the HFU and peak to be checked against.
 * ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out,
@@ -47,7 +48,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EXPERIMENTS = {"470m": "LlamaBench470M", "1b": "LlamaBench1B"}
-DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "hand-470m-attn_out",
+DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "pax-470m-auto+int8", "hand-470m-attn_out",
                  "hand-470m-qkv_attn_out", "hand-470m-qkv_out", "pax-1b-auto", "hand-1b-full",
                  "hand-1b-attn_out")
 
@@ -148,13 +149,17 @@ def _analysis_gib(memory) -> dict:
 
 
 def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | None) -> dict:
+    """``policy`` may end ``+int8``: trained with ``QUANTIZE_TRAINING='int8'``."""
     job = work / f"pax-{model}-{policy}"
-    overrides = [f"CHECKPOINT_POLICY={policy}", f"NUM_TRAIN_STEPS={steps}"]
+    policy, _, quantized = policy.partition("+")
+    overrides = [f"CHECKPOINT_POLICY={policy}", f"NUM_TRAIN_STEPS={steps}",
+                 *([f"QUANTIZE_TRAINING={quantized}"] if quantized else [])]
     sets = [a for o in overrides for a in ("--set", o)]
     began = time.perf_counter()
     done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
                 *sets, "--no-eval-on-test")
-    found = {"step": f"pax-{model}-{policy}", "exit": done.returncode,
+    found = {"step": f"pax-{model}-{policy}{'+' if quantized else ''}{quantized}",
+             "exit": done.returncode,
              "sec": time.perf_counter() - began}
     if done.returncode:
         return {**found, "stderr": done.stderr[-1500:]}
@@ -168,7 +173,7 @@ def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | Non
     found["fitted_in_run"] = start_record.get("fitted")
     found["loss"] = train[-1].get("loss") if train else None
     found["splash_fallbacks"] = [line for line in done.stderr.splitlines() if "not Splash" in line]
-    hlo_file = hlo_dir / f"pax-{model}-{policy}.hlo" if hlo_dir else None
+    hlo_file = hlo_dir / f"{found['step']}.hlo" if hlo_dir else None
     found.update(_compiled_figures(EXPERIMENTS[model], overrides, hlo_file))
     return found
 
@@ -398,7 +403,13 @@ def write_report(files: list[Path]) -> None:
         "hand-written loop: what is in use plus its temporaries.")
     ratios = {}
     for model in EXPERIMENTS:
-        pax = [r for r in speed if r["step"].startswith(f"pax-{model}-")]
+        pax = [r for r in speed if r["step"].startswith(f"pax-{model}-") and "+" not in r["step"]]
+        int8 = [r for r in speed if r["step"].startswith(f"pax-{model}-") and "+int8" in r["step"]]
+        float_rows = [r for r in pax if int8 and r["commit"] == int8[-1]["commit"]]
+        if float_rows:
+            lines.append(f"\n{EXPERIMENTS[model]}: int8 training ({int8[-1]['commit']}) at "
+                         f"{int8[-1]['tokens_per_sec'] / float_rows[-1]['tokens_per_sec']:.3f}x "
+                         f"the tokens/s of bfloat16 ({float_rows[-1]['step']}).")
         hand = [r for r in speed if r["step"].startswith(f"hand-{model}-")]
         if pax and hand:
             best = max(hand, key=lambda r: r["tokens_per_sec"])

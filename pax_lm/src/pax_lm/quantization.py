@@ -32,8 +32,11 @@ from pax_core import UsageError
 
 MODES = ("none", "int8")
 
-# The modules whose matmul weights become int8 (paths relative to the decoder, ``/``-joined).
-PROJECTIONS = r"(.*/)?(attention/(query|key|value|out)|ffn/(wi|wi_gate|wo)|softmax)"
+# The blocks' projections: attention's four and the dense feed-forward's (module paths,
+# ``/``-joined, as Qwix matches them; int8 training quantizes these, ``quantized_training.py``).
+BLOCK_PROJECTIONS = r"attention/(query|key|value|out)|ffn/(wi|wi_gate|wo)"
+# The modules whose matmul weights become int8 here: those and an untied output head.
+PROJECTIONS = rf"(.*/)?({BLOCK_PROJECTIONS}|softmax)"
 
 
 def quantize(decoder: Any, variables: dict[str, Any], mode: str) -> tuple[Any, dict[str, Any]]:
@@ -100,13 +103,12 @@ def _provider_class() -> type:
     read with ``self.param`` comes back castable (``_CastKernel``), and ``jnp.tensordot`` with
     one goes through Qwix's ``dot_general``, as ``jnp.einsum`` does. Built on first use, so
     that importing this module (for ``MODES``) imports neither JAX nor Qwix."""
-    import jax.numpy as jnp
     import qwix
 
     def unwrap(x: Any) -> Any:
         return x.weight if isinstance(x, _CastKernel) else x
 
-    class Int8Provider(qwix.PtqProvider):
+    class Int8Provider(TensordotMixin, qwix.PtqProvider):
         def nn_param(self, module: Any, name: str, *args: Any, **kwargs: Any) -> Any:
             value = super().nn_param(module, name, *args, **kwargs)
             quantized = isinstance(getattr(value, "array", None), qwix.QArray)
@@ -119,22 +121,39 @@ def _provider_class() -> type:
             return super().einsum(spec, *map(unwrap, operands), **kwargs)
 
         def tensordot(self, a: Any, b: Any, axes: Any = 2, **kwargs: Any) -> Any:
-            # Through dot_general for a float kernel too: ``init`` quantizes it there (a call
-            # inside this handler is not intercepted, so jnp.tensordot would skip it).
-            if not isinstance(axes, int):
-                if isinstance(b, _CastKernel):
-                    raise ValueError("an int8 kernel contracts its leading axes (tensordot "
-                                     f"with an int axes count), got axes={axes!r}")
-                return jnp.tensordot(a, b, axes, **kwargs)
-            dims = ((tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))), ((), ()))
-            return self.dot_general(a, b, dims, kwargs.get("precision"),
-                                    kwargs.get("preferred_element_type"),
-                                    out_sharding=kwargs.get("out_sharding"))
-
-        def get_intercept_map(self) -> dict[str, Any]:
-            return super().get_intercept_map() | {"jax.numpy.tensordot": self.tensordot}
+            # Through dot_general for a float kernel too (TensordotMixin): ``init`` quantizes
+            # it there.
+            if not isinstance(axes, int) and isinstance(b, _CastKernel):
+                raise ValueError("an int8 kernel contracts its leading axes (tensordot with "
+                                 f"an int axes count), got axes={axes!r}")
+            return super().tensordot(a, b, axes, **kwargs)
 
     return Int8Provider
+
+
+class TensordotMixin:
+    """For a Qwix provider: ``jnp.tensordot`` goes to the provider's ``dot_general``, as Qwix
+    takes ``jnp.einsum`` to it. The projections contract with ``jnp.tensordot``, so the
+    provider sees their operands as the projection passes them, not as jnp's own
+    ``dot_general`` call would (a post-training int8 kernel is no array jnp could take).
+    Plain Python, so that importing this module imports neither JAX nor Qwix."""
+
+    def tensordot(self, a: Any, b: Any, axes: Any = 2, **kwargs: Any) -> Any:
+        """``jnp.tensordot``; an int ``axes`` (the last ``axes`` of ``a`` with the first of
+        ``b``, how every projection contracts) as the provider's ``dot_general``."""
+        if not isinstance(axes, int):
+            import jax.numpy as jnp
+
+            return jnp.tensordot(a, b, axes, **kwargs)
+        dims = ((tuple(range(a.ndim - axes, a.ndim)), tuple(range(axes))), ((), ()))
+        return self.dot_general(a, b, dims, kwargs.get("precision"),  # type: ignore[attr-defined]
+                                kwargs.get("preferred_element_type"),
+                                out_sharding=kwargs.get("out_sharding"))
+
+    def get_intercept_map(self) -> dict[str, Any]:
+        """The provider's map, with ``jax.numpy.tensordot`` added."""
+        return super().get_intercept_map() | {  # type: ignore[misc]
+            "jax.numpy.tensordot": self.tensordot}
 
 
 def _int8_provider() -> Any:

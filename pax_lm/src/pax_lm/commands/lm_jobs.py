@@ -22,9 +22,11 @@ def restore_lm(job: JobRequest, quantize: str = "none") -> tuple[Any, Any, Any, 
     """The restored job, its tokenizer, decoder and the decoder's variables (its ``params``
     and any other collection it reads), the decoder quantized as ``quantize`` says
     (``pax_lm.quantization.MODES``); a job that is no text language model is refused. The
-    job's state is let go: the variables hold all that running the decoder needs."""
+    job's state is let go: the variables hold all that running the decoder needs. A job
+    trained in int8 (``QUANTIZE_TRAINING``) runs its plain decoder: its weights are float."""
     from pax_lm.models import LanguageModel
     from pax_lm.quantization import quantize as quantized
+    from pax_lm.quantized_training import plain
 
     restored = job.restore(LanguageModel, "a language model")
     tokenizer = getattr(restored.run.train_input, "tokenizer", None)
@@ -34,7 +36,7 @@ def restore_lm(job: JobRequest, quantize: str = "none") -> tuple[Any, Any, Any, 
     variables = {name: collection["decoder"] for name, collection
                  in restored.variables().items() if "decoder" in collection}
     restored.state = None
-    decoder, variables = quantized(restored.model.decoder, variables, quantize)
+    decoder, variables = quantized(plain(restored.model.decoder), variables, quantize)
     return restored, tokenizer, decoder, variables
 
 

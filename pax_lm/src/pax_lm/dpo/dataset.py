@@ -39,8 +39,9 @@ class DpoDataset(SftDataset):
         """DPO over the experiment's decoder with ``DPO_DATA``, else the experiment's model."""
         if self.DPO_DATA is None:
             return super().model()
-        return fdl.Config(DpoLanguageModel, decoder=self.decoder(), beta=self.DPO_BETA,
-                          copied=ADAPTER_WEIGHTS if self.LORA_RANK else ".*")
+        return self.quantized_training(fdl.Config(
+            DpoLanguageModel, decoder=self.decoder(), beta=self.DPO_BETA,
+            copied=ADAPTER_WEIGHTS if self.LORA_RANK else ".*"))
 
     def train(self) -> fdl.Config[Train]:
         """The experiment's, with DPO_DATA: the reference frozen, and filled by a warm start

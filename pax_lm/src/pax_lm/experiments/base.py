@@ -14,6 +14,7 @@ import fiddle as fdl
 
 from pax_core import SingleTaskExperiment, SyntheticInput, Train, UsageError, axes
 from pax_lm.models import LanguageModel
+from pax_lm.quantized_training import check as check_quantized_training
 from pax_transformer import ADAPTER_WEIGHTS, MoeFeedForward, TransformerLm
 
 # The remat policies ``CHECKPOINT_POLICY="auto"`` chooses from, the most memory (the least
@@ -67,6 +68,10 @@ class TransformerLmExperiment(SingleTaskExperiment):
     FPROP_DTYPE = "bfloat16"
     USE_FP8 = False  # the blocks' projections in FP8 (delayed scaling), for Hopper-class GPUs
     FP8_AMAX_HISTORY_LENGTH = 1024
+    # "int8": the blocks' attention and feed-forward projections as int8 x int8 matmuls, forward
+    # and backward (Qwix's quantized training, as AQT did for Pax; pax_lm.quantized_training);
+    # the weights, the optimizer and checkpoints stay float32. None: in FPROP_DTYPE.
+    QUANTIZE_TRAINING: str | None = None
     # The open decoder families' settings (pax-transformer's fields of the same meaning).
     ROTARY_BASE = 10000.0
     ROTARY_FRACTION = 1.0
@@ -248,7 +253,16 @@ class TransformerLmExperiment(SingleTaskExperiment):
         decoder.first_dense_layers = self.FIRST_DENSE_LAYERS
 
     def model(self) -> fdl.Config[LanguageModel]:
-        return fdl.Config(LanguageModel, decoder=self.decoder())
+        return self.quantized_training(fdl.Config(LanguageModel, decoder=self.decoder()))
+
+    def quantized_training(self, model: fdl.Config[LanguageModel]) -> fdl.Config[LanguageModel]:
+        """``model`` (a ``LanguageModel``'s config, or a subclass's) trained as
+        ``QUANTIZE_TRAINING`` says, checked here so that a bad value or combination is refused
+        before anything is built; unchanged for None."""
+        check_quantized_training(self.QUANTIZE_TRAINING, model.decoder)
+        if self.QUANTIZE_TRAINING is not None:
+            model.quantize_training = self.QUANTIZE_TRAINING
+        return model
 
     def train(self) -> fdl.Config[Train]:
         """The core's, training only the adapters when there are any."""
