@@ -18,8 +18,8 @@ becomes the three names below.
 
 The policies that save the context also save what a fused attention kernel keeps for its
 backward pass (``pax_core.ATTENTION_RESIDUALS``: Splash's output and softmax statistics, on a
-TPU), without which the backward pass runs the kernel's forward pass again: on a v5e that was a
-quarter of the attention's time in a 470M model's step.
+TPU), without which the backward pass runs the kernel's forward pass again: on a v5e that was
+a fifth of the attention's time in a 470M model's step (bench/results/tpu_profile.md).
 """
 
 from __future__ import annotations
