@@ -10,6 +10,11 @@ on batches saved to an ``.npz`` file (``ids``, ``labels``, ``weights``, ``segmen
 ``segment_pos``, each [steps, batch, length]) and saves its final parameters and optimizer
 state with Orbax, as a user's script would.
 
+With ``plain`` in the config it is the least a user writes instead, for an experiment that asks
+for nothing more (``bench/models.py:BenchLlama25MPlain``): unpacked rows (plain causal
+attention, positions 0..L-1, the mean loss over every token; only ``ids`` and ``labels`` are
+read) and ``optax.adam`` at a constant learning rate, with no clipping or decay.
+
     python bench/handwritten.py --batches B.npz --config '{"layers": 4, ...}' --warmup 10
         [--checkpoint DIR]
 
@@ -34,6 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+# The arrays of a saved batch (the full math reads them all, the plain mode ids and labels).
+KEYS = ("ids", "labels", "weights", "segment_ids", "segment_pos")
+
 
 @dataclasses.dataclass(frozen=True)
 class Config:
@@ -50,6 +58,8 @@ class Config:
     min_ratio: float
     weight_decay: float
     beta2: float
+    # Loss and Adam's update alone: no segment mask, weights, clipping, decay or schedule.
+    plain: bool = False
 
 
 def rope(x: jax.Array, positions: jax.Array) -> jax.Array:
@@ -71,7 +81,8 @@ class Block(nn.Module):
         return nn.LayerNorm(epsilon=1e-6, use_fast_variance=False, name=name)
 
     @nn.compact
-    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, positions: jax.Array, mask: jax.Array | None
+                 ) -> jax.Array:
         c = self.c
         init = nn.initializers.variance_scaling(1.0, "fan_in", "normal")
         h = self.norm("attention_norm")(x)
@@ -95,12 +106,15 @@ class Decoder(nn.Module):
     c: Config
 
     @nn.compact
-    def __call__(self, ids, segment_ids, positions):
+    def __call__(self, ids, segment_ids=None, positions=None):
         c = self.c
         table = nn.initializers.normal(1.0 / math.sqrt(c.dims))
         embed = nn.Embed(c.vocab, c.dims, embedding_init=table, name="embedding")
         x = embed(ids) * math.sqrt(c.dims) if c.style == "gpt" else embed(ids)
-        mask = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
+        if segment_ids is None:  # unpacked rows: causal attention alone
+            mask, positions = None, jnp.arange(ids.shape[1])[None]
+        else:
+            mask = (segment_ids[:, :, None] == segment_ids[:, None, :])[:, None]
         for i in range(c.layers):
             x = Block(c, name=f"layer_{i}")(x, positions, mask)
         x = (nn.RMSNorm(epsilon=1e-6, name="final_norm") if c.style == "llama"
@@ -111,6 +125,8 @@ class Decoder(nn.Module):
 
 
 def optimizer(c: Config) -> optax.GradientTransformation:
+    if c.plain:
+        return optax.adam(c.learning_rate, b1=0.9, b2=c.beta2, eps=1e-6)
     schedule = optax.warmup_cosine_decay_schedule(
         0.0, c.learning_rate, c.warmup_steps, c.decay_steps, c.learning_rate * c.min_ratio)
     return optax.chain(optax.clip_by_global_norm(1.0),
@@ -121,6 +137,9 @@ def optimizer(c: Config) -> optax.GradientTransformation:
 
 
 def loss_fn(model: Decoder, params, batch) -> jax.Array:
+    if model.c.plain:
+        logits = model.apply({"params": params}, batch["ids"])
+        return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]))
     logits = model.apply({"params": params}, batch["ids"], batch["segment_ids"],
                          batch["segment_pos"])
     xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
@@ -146,14 +165,15 @@ def main() -> None:
     with np.load(args.batches) as saved:
         data = dict(saved)
     steps = data["ids"].shape[0]
+    keys = ("ids", "labels") if c.plain else KEYS
 
     def batch(i: int) -> dict[str, np.ndarray]:
-        return {k: data[k][i] for k in ("ids", "labels", "weights", "segment_ids", "segment_pos")}
+        return {k: data[k][i] for k in keys}
 
     model, tx = Decoder(c), optimizer(c)
     first = batch(0)
-    params = jax.jit(model.init)(jax.random.key(0), first["ids"], first["segment_ids"],
-                                 first["segment_pos"])["params"]
+    params = jax.jit(model.init)(jax.random.key(0), first["ids"], first.get("segment_ids"),
+                                 first.get("segment_pos"))["params"]
     opt_state = tx.init(params)
 
     @jax.jit

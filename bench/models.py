@@ -1,5 +1,6 @@
 """The benchmark's larger models, on the quick start's data and settings: a ~25M-parameter
-llama-style LM and a ~50M-parameter GPT.
+llama-style LM and a ~50M-parameter GPT; and the llama-style LM in a plain configuration (Adam
+alone on random tokens).
 
 Loaded by ``pax train --exp bench/models.py:BenchLm50M``, by the bare loop and by the
 hand-written baseline's harness alike.
@@ -7,6 +8,7 @@ hand-written baseline's harness alike.
 
 from __future__ import annotations
 
+from pax_lm.experiments.base import SyntheticDataset
 from pax_lm.experiments.quickstart import QuickStartLm
 
 
@@ -39,3 +41,15 @@ class BenchLm50M(QuickStartLm):
     NUM_HEADS = 12
     DIMS_PER_HEAD = 64
     BATCH_SIZE = 2
+
+
+class BenchLlama25MPlain(SyntheticDataset, BenchLlama25M):
+    """The same model with nothing asked of a step beyond its loss and Adam's update: no
+    gradient or update clipping, no weight decay, a constant learning rate, and unpacked random
+    tokens (every row one document, every token counted), so that a plain flax + optax loop
+    (``handwritten.py``'s plain mode) computes the same thing."""
+
+    CLIP_GRADIENT_NORM_TO_VALUE = 0.0
+    ADAM_CLIP_THRESHOLD = 0.0
+    WEIGHT_DECAY = 0.0
+    LR_SCHEDULE = "constant"

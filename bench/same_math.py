@@ -6,6 +6,11 @@ and computes the loss of the first batch with both models from Pax's initial wei
 into the hand-written tree): they must agree to float32 round-off, or the comparison would be
 of two different models. Prints one JSON line: the config and both losses.
 
+An experiment whose optimizer is Adam alone (no clipping, decay or schedule), which must then
+train on unpacked rows (each one document, every token weighted 1: ``SyntheticDataset``), gets
+the hand-written loop's plain mode, which computes nothing beyond that; any other gets its full
+math.
+
     python bench/same_math.py --exp lm/QuickStartLm --steps 30 --batches B.npz [--set K=V ...]
 """
 
@@ -21,13 +26,33 @@ import handwritten
 import jax
 import numpy as np
 
+from pax_core.config.optimizers import Adam, Optimizer
 from pax_core.config.resolve import resolve
+from pax_core.config.schedules import Constant
 from pax_core.plugins.host import PluginHost
 
-KEYS = ("ids", "labels", "weights", "segment_ids", "segment_pos")
+KEYS = handwritten.KEYS
 
 
-def hand_config(decoder, optimizer) -> handwritten.Config:
+def unpacked(batches: dict[str, np.ndarray]) -> bool:
+    """Whether every row is one document from position 0, every token weighted 1."""
+    ids, pos = batches["segment_ids"], batches["segment_pos"]
+    return bool(np.all(batches["weights"] == 1) and np.all(ids == ids[..., :1])
+                and np.all(pos == np.arange(pos.shape[-1])))
+
+
+def plain_optimizer(optimizer: Optimizer) -> bool:
+    """Whether the optimizer is Adam's update at a constant learning rate and nothing else, with
+    the beta1 and epsilon the hand-written loop writes."""
+    return (isinstance(optimizer, Adam) and optimizer.clip_gradient_norm_to_value == 0
+            and (optimizer.beta1, optimizer.epsilon) == (0.9, 1e-6)
+            and optimizer.update_clip_threshold == 0 and optimizer.weight_decay == 0
+            and optimizer.l2_regularizer_weight == 0 and optimizer.ema_decay == 0
+            and isinstance(optimizer.lr_schedule, Constant)
+            and optimizer.lr_schedule.value == 1.0)
+
+
+def hand_config(decoder, optimizer: Optimizer, plain: bool = False) -> handwritten.Config:
     style = "llama" if decoder.norm == "rmsnorm" else "gpt"
     expected = {"gpt": ("layernorm", "gelu", False, True, True),
                 "llama": ("rmsnorm", "silu", True, False, False)}[style]
@@ -36,12 +61,16 @@ def hand_config(decoder, optimizer) -> handwritten.Config:
     if found != expected or decoder.position != "rotary" or decoder.use_bias:
         raise SystemExit(f"the hand-written model has no {found} variant")
     schedule = optimizer.lr_schedule
-    return handwritten.Config(
-        vocab=decoder.vocab_size, layers=decoder.num_layers, dims=decoder.model_dims,
-        heads=decoder.num_heads, head_dims=decoder.head_dims, hidden=decoder.hidden_dims,
-        style=style, learning_rate=optimizer.learning_rate, warmup_steps=schedule.warmup_steps,
-        decay_steps=schedule.decay_end, min_ratio=schedule.min_ratio,
-        weight_decay=optimizer.weight_decay, beta2=optimizer.beta2)
+    common = dict(vocab=decoder.vocab_size, layers=decoder.num_layers, dims=decoder.model_dims,
+                  heads=decoder.num_heads, head_dims=decoder.head_dims,
+                  hidden=decoder.hidden_dims, style=style,
+                  learning_rate=optimizer.learning_rate, beta2=optimizer.beta2)
+    if plain:
+        return handwritten.Config(**common, warmup_steps=0, decay_steps=0, min_ratio=1.0,
+                                  weight_decay=0.0, plain=True)
+    return handwritten.Config(**common, warmup_steps=schedule.warmup_steps,
+                              decay_steps=schedule.decay_end, min_ratio=schedule.min_ratio,
+                              weight_decay=optimizer.weight_decay)
 
 
 def renamed(decoder_params: dict) -> dict:
@@ -65,10 +94,15 @@ def main() -> None:
     data = next(d for d in job.datasets if d.is_training)
     data.shard(0, 1)
     batches = [data.get_next() for _ in range(args.steps)]
-    np.savez(args.batches, **{k: np.stack([b[k] for b in batches]) for k in KEYS})
+    stacked = {k: np.stack([b[k] for b in batches]) for k in KEYS}
+    np.savez(args.batches, **stacked)
 
-    model = job.task.model
-    config = hand_config(model.decoder, job.task.train.learner.optimizer)
+    model, optimizer = job.task.model, job.task.train.learner.optimizer
+    plain = plain_optimizer(optimizer)
+    if plain and not unpacked(stacked):
+        raise SystemExit("the hand-written loop's plain mode (Adam alone) reads unpacked rows; "
+                         "this experiment packs documents or weights tokens")
+    config = hand_config(model.decoder, optimizer, plain)
     first = batches[0]
     params = nn.unbox(jax.jit(lambda: model.init(jax.random.key(0), first))()["params"])
     pax_loss = float(jax.jit(lambda p: model.apply({"params": p}, first).loss)(params))

@@ -12,7 +12,9 @@ processes, interleaved round by round:
 * pax: `pax train`, with an empty compilation cache (cold), then again with the cache it filled
   (warm: the first step without compiling).
 
-For the quick-start LM (GPT-style, 1.8M), a llama-style 25M LM and a 50M GPT. Reported:
+For the quick-start LM (GPT-style, 1.8M), a llama-style 25M LM (also plain: Adam alone on
+unpacked random tokens, against a loop that computes the loss and the update and nothing else)
+and a 50M GPT. Reported:
 tokens/s (median interval between summaries after a warm-up), the whole run's wall time, launch
 to the end of the first step, the first step itself (compile included) cold and warm (also
 less one step's execution, which no cache removes), and peak resident memory (hand and pax
@@ -20,7 +22,7 @@ each save a final checkpoint); medians over the rounds.
 Targets: tokens/s >= 0.98 x hand; whole run <= hand + 3 s; warm first step <= 0.5 x cold; peak
 memory <= 1.1 x hand.
 
-    python bench/train_speed.py [--rounds N] [--models quickstart,llama25m,lm50m]
+    python bench/train_speed.py [--rounds N] [--models quickstart,llama25m,llama25m-plain,lm50m]
 
 Writes bench/results/train_speed.json and train_speed.md.
 """
@@ -70,6 +72,10 @@ MODELS = {
                         rounds=6),
     "llama25m": Model("llama-style LM (25M)", f"{HERE / 'models.py'}:BenchLlama25M", steps=30,
                       warmup=5, rounds=3),
+    # The same model with nothing asked beyond the loss and Adam's update (no clipping, decay or
+    # schedule; unpacked random tokens), against the plain loop a user writes for that.
+    "llama25m-plain": Model("llama-style LM (25M), plain", f"{HERE / 'models.py'}:"
+                            "BenchLlama25MPlain", steps=30, warmup=5, rounds=3),
     "lm50m": Model("GPT LM (50M)", f"{HERE / 'models.py'}:BenchLm50M", steps=30, warmup=5,
                    rounds=3),
 }
