@@ -56,7 +56,8 @@ def _fitted(limit: int, monkeypatch) -> Run:
 def test_auto_trains_with_the_least_recomputation_that_fits(needs, monkeypatch, tmp_path):
     # Recomputing less holds more: no remat needs the most, saving every product's output more
     # than saving the attention's projections.
-    assert needs[None] > needs["SAVE_DOT_ONLY"] > needs["SAVE_QKV_OUT_PROJ"] > needs["SAVE_NOTHING"]
+    assert needs[None] > needs["SAVE_DOT_ONLY"] > needs["SAVE_CONTEXT_AND_OUT_PROJ"] \
+        > needs["SAVE_NOTHING"]
     limit = (needs["SAVE_DOT_ONLY"] + needs["SAVE_DOT_FOR_MLPERF_200B"]) // 2
     monkeypatch.setattr(fitting, "device_memory_limit", lambda devices: limit)
     result = pax_core.train("LlamaBench470M", tmp_path / "job", plugin="lm",
@@ -68,7 +69,8 @@ def test_auto_trains_with_the_least_recomputation_that_fits(needs, monkeypatch, 
     assert start["fitted"] == [
         f"CHECKPOINT_POLICY=auto chose SAVE_DOT_FOR_MLPERF_200B for {limit / 2**30:.1f} GiB a "
         f"device (tried SAVE_DOT_ONLY {gib['SAVE_DOT_ONLY']}; SAVE_DOT_FOR_MLPERF_200B "
-        f"{gib['SAVE_DOT_FOR_MLPERF_200B']}; SAVE_QKV_OUT_PROJ {gib['SAVE_QKV_OUT_PROJ']})"]
+        f"{gib['SAVE_DOT_FOR_MLPERF_200B']}; SAVE_CONTEXT_AND_OUT_PROJ "
+        f"{gib['SAVE_CONTEXT_AND_OUT_PROJ']})"]
     recorded = (tmp_path / "job" / "config.json").read_text()
     assert '"SAVE_DOT_FOR_MLPERF_200B"' in recorded
 
