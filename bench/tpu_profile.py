@@ -9,7 +9,9 @@ count of the attention kernel's forward calls over the layers that call it).
 
     python bench/tpu_profile.py [--layers 24] DIR/pax-470m.xplane.pb@COMMIT ...
 
-(each trace with the commit the chip traced; a column each).
+(each trace with the commit the chip traced, and what else tells it apart, such as
+``@6abb953, SAVE_QKV_OUT_PROJ``; a column each, added to the columns of other names read
+before).
 
 Writes bench/results/tpu_profile.{json,md}.
 """
@@ -117,8 +119,12 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=24)
     args = parser.parse_args()
     traces = [t.rpartition("@") for t in args.traces]
-    found = {"commit": "each trace's",
-             "traces": [breakdown(Path(path), commit, args.layers) for path, _, commit in traces]}
+    read = [breakdown(Path(path), commit, args.layers) for path, _, commit in traces]
+    kept = []  # the traces read before, of other names, stay beside the new ones
+    if (earlier := report.FOLDER / "tpu_profile.json").exists():
+        names = {t["trace"] for t in read}
+        kept = [t for t in json.loads(earlier.read_text())["traces"] if t["trace"] not in names]
+    found = {"commit": "each trace's", "traces": kept + read}
     report.save("tpu_profile", found, markdown(found))
 
 

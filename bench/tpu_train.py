@@ -390,7 +390,8 @@ def write_report(files: list[Path]) -> None:
                  else "")
         hfu = f"{r['hfu']:.3f}" if "hfu" in r else ""
         peak = r.get("memory_analysis_gib", {}).get("peak_memory_in_bytes")
-        lines.append(f"| {r['step'].rsplit('-', 1)[0]} | {remat} | {r['tokens_per_sec']:,.0f} | "
+        run = r["step"].rsplit("-", 1)[0] + (" int8" if r["step"].endswith("+int8") else "")
+        lines.append(f"| {run} | {remat} | {r['tokens_per_sec']:,.0f} | "
                      f"{r['mfu']:.3f} | {hfu} | {agree} | {r['device_memory_peak_gib']:.2f} | "
                      f"{'' if peak is None else f'{peak:.2f}'} | {r['commit']} |")
     lines.append(
