@@ -125,11 +125,12 @@ def train_speed(folder: Path) -> str:
     steps = _span([m["steps"] for m in models], "d")
     lines = [_wrapped(f"One CPU device, float32, {steps} steps, on {found['machine']} (XLA "
                       f"matmul peak {peak:,.0f} GFLOP/s), medians of rounds ({rounds}); every "
-                      f"run saves a final checkpoint. {_measured(found)}"), "",
+                      f"run saves a final checkpoint. "
+                      f"{_measured(*(m if 'provenance' in m else found for m in models))}"), "",
              "| model | hand tokens/s | bare | pax | pax/hand | pax MFU | whole run hand | pax "
-             "| first step cold | warm | a step | peak MiB hand | pax |",
+             "| first step cold | warm | a step | peak MiB hand | pax | commit |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: "
-             "| ---: |"]
+             "| ---: | --- |"]
     for m in models:
         hand, bare, pax = m["hand"], m["bare"], m["pax"]
         lines.append(
@@ -137,7 +138,8 @@ def train_speed(folder: Path) -> str:
             f"{pax['tokens_per_sec']:,.0f} | {m['speed_vs_hand']:.2f} | {pax['mfu']:.1%} | "
             f"{hand['wall_sec']:.1f} s | {pax['wall_sec']:.1f} s | "
             f"{pax['first_step_sec']:.2f} s | {pax['warm_first_step_sec']:.2f} s | "
-            f"{m['step_sec']:.2f} s | {hand['peak_rss_mib']:,.0f} | {pax['peak_rss_mib']:,.0f} |")
+            f"{m['step_sec']:.2f} s | {hand['peak_rss_mib']:,.0f} | {pax['peak_rss_mib']:,.0f} | "
+            f"{m.get('provenance', found['provenance'])['commit']} |")
     return "\n".join(lines)
 
 

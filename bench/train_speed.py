@@ -238,6 +238,18 @@ def bench_model(model: Model, rounds: int, peak_f32: float) -> dict:
     }
 
 
+def earlier_models(measured: list[dict]) -> list[dict]:
+    """The models of the committed results that this run did not measure, each with the
+    provenance it was measured with, so that measuring one model keeps the others' rows."""
+    path = report.FOLDER / "train_speed.json"
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    names = {m["model"] for m in measured}
+    return [{"provenance": earlier.get("provenance"), **m} for m in earlier["models"]
+            if m["model"] not in names]
+
+
 def markdown(summary: dict) -> str:
     peaks = summary["matmul_peak_flops_per_sec"]
     lines = [
@@ -249,8 +261,8 @@ def markdown(summary: dict) -> str:
         f"bfloat16 {peaks['bfloat16'] / 1e9:,.1f} GFLOP/s. MFU is against the float32 peak.",
         "",
         "| model | rounds | hand tokens/s | bare | pax | pax/hand | pax/bare | bare/hand | "
-        "pax MFU |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "pax MFU | measured at |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for m in summary["models"]:
         hand, bare, pax = m["hand"], m["bare"], m["pax"]
@@ -258,7 +270,7 @@ def markdown(summary: dict) -> str:
             f"| {m['model']} | {m['rounds']} | {hand['tokens_per_sec']:,.0f} | "
             f"{bare['tokens_per_sec']:,.0f} | {pax['tokens_per_sec']:,.0f} | "
             f"{m['speed_vs_hand']:.3f} | {m['speed_vs_bare']:.3f} | {m['layers_vs_hand']:.3f} | "
-            f"{pax['mfu']:.1%} |")
+            f"{pax['mfu']:.1%} | {report.describe(m['provenance'])} |")
     lines += [
         "",
         "| model | whole run hand (s) | pax (s) | pax - hand | launch to first step hand (s) | "
@@ -293,7 +305,8 @@ def main() -> None:
     peaks = matmul_peaks()
     print(f"matmul peak: float32 {peaks['float32'] / 1e9:,.1f} GFLOP/s, "
           f"bfloat16 {peaks['bfloat16'] / 1e9:,.1f} GFLOP/s", flush=True)
-    models = [bench_model(MODELS[name], args.rounds or MODELS[name].rounds, peaks["float32"])
+    models = [{**bench_model(MODELS[name], args.rounds or MODELS[name].rounds,
+                             peaks["float32"]), "provenance": report.provenance()}
               for name in args.models.split(",")]
     summary = {
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
@@ -301,6 +314,7 @@ def main() -> None:
         "models": models,
         "wall_sec": time.perf_counter() - started,
     }
+    summary["models"] = earlier_models(summary["models"]) + summary["models"]
     folder = report.save("train_speed", summary, markdown(summary))
     print(f"({summary['wall_sec']:.0f} s; written to {folder})")
 
