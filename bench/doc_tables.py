@@ -171,8 +171,17 @@ def speed_notes(folder: Path) -> str:
         f"Compiled, the {step['model']}'s train step holds {same}, and XLA counts "
         f"{step['cost_ratio']['flops'] - 1:.3%} more FLOPs and "
         f"{step['cost_ratio']['bytes accessed'] - 1:.3%} more bytes accessed in it (the loss's "
-        f"metrics, the gradient norm, the anomaly check). "
+        f"metrics, the gradient norm, the anomaly check). {_timed_steps(hlo['models'])}"
         f"{_measured(speed, compiled, hlo)}")
+
+
+def _timed_steps(models: list[dict]) -> str:
+    """A sentence on the train steps timed alone, one program after the other in a process."""
+    return "".join(
+        f"Run in turn in one process from the same state, the {m['model']}'s step takes "
+        f"{m['step_sec']['pax']:.3f} s in Pax and {m['step_sec']['bare']:.3f} s bare "
+        f"(medians of {m['step_repeats']}): what train_speed's loops add beside it is theirs. "
+        for m in models if "step_sec" in m)
 
 
 def sweep_trials(folder: Path) -> str:

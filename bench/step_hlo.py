@@ -11,9 +11,11 @@ same parameter, optimizer-state and batch shapes:
 Their optimised HLO is compared instruction by instruction: every matrix product (``dot``,
 ``convolution``) as its operand and result shapes and dimension numbers, as a multiset (the
 two programs do the same model math when these are equal), then the count of every other
-opcode. No step is run.
+opcode. With ``--time N`` both programs then run N times each, one after the other in turn, on
+the training input's first batch from the initial state: the step's own time, with neither
+loop around it (``train_speed.py`` times the loops, a process each).
 
-    python bench/step_hlo.py [--models quickstart,llama25m,lm50m]
+    python bench/step_hlo.py [--models quickstart,llama25m,llama25m-plain,lm50m] [--time N]
 
 Writes bench/results/step_hlo.{json,md}.
 """
@@ -25,6 +27,7 @@ import collections
 import math
 import os
 import re
+import statistics
 import time
 from typing import Any
 
@@ -100,7 +103,24 @@ def programs(exp: str) -> tuple[dict[str, Any], Any, dict[str, float]]:
     return {"pax": pax, "bare": bare}, run, seconds
 
 
-def compare(name: str) -> dict[str, Any]:
+def step_seconds(compiled: dict[str, Any], run: Any, repeats: int) -> dict[str, float]:
+    """Median seconds of a step of each program, run in turn on the same state and batch."""
+    state = run.init_state()
+    batch = run.partitioner.global_batch(run.train_input.get_next())
+    calls = {"pax": lambda: compiled["pax"](state, batch),
+             "bare": lambda: compiled["bare"](state.params, state.opt_state, batch, state.rng)}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for name in calls:  # a first run of each, untimed
+        jax.block_until_ready(calls[name]())
+    for _ in range(repeats):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            jax.block_until_ready(call())
+            times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(t) for name, t in times.items()}
+
+
+def compare(name: str, repeats: int = 0) -> dict[str, Any]:
     compiled, run, seconds = programs(MODELS[name].exp)
     parsed = {p: parse(c.as_text()) for p, c in compiled.items()}
     (pax_mm, pax_ops), (bare_mm, bare_ops) = parsed["pax"], parsed["bare"]
@@ -126,6 +146,9 @@ def compare(name: str) -> dict[str, Any]:
         "hardware_flops": hardware_flops(compiled["pax"], 1),
         "compile_sec": seconds,
     }
+    if repeats:
+        result["step_sec"] = step_seconds(compiled, run, repeats)
+        result["step_repeats"] = repeats
     print(f"  {result['model']}: {result['matmuls']['pax']} matrix products in Pax's step, "
           f"{result['matmuls']['bare']} in the bare one, the same: "
           f"{result['matmuls']['same']}", flush=True)
@@ -151,6 +174,13 @@ def markdown(models: list[dict]) -> str:
             f"{c['bare']['flops']:.6g} | {r['flops']:.5f} | {r['transcendentals']:.5f} | "
             f"{c['pax']['bytes accessed']:.6g} | {c['bare']['bytes accessed']:.6g} | "
             f"{r['bytes accessed']:.5f} | {formula} |")
+    timed = [m for m in models if "step_sec" in m]
+    if timed:
+        lines += ["", "| model | a step, pax (s) | bare (s) | bare / pax (speed) | runs each |",
+                  "| --- | ---: | ---: | ---: | ---: |"]
+        lines += [f"| {m['model']} | {m['step_sec']['pax']:.3f} | {m['step_sec']['bare']:.3f} | "
+                  f"{m['step_sec']['bare'] / m['step_sec']['pax']:.3f} | {m['step_repeats']} |"
+                  for m in timed]
     lines += ["", "Opcodes whose counts differ (pax / bare):", ""]
     for m in models:
         differing = ", ".join(f"{op} {n['pax']}/{n['bare']}"
@@ -167,8 +197,10 @@ def markdown(models: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="quickstart")
+    parser.add_argument("--time", type=int, default=0, metavar="N",
+                        help="also run each program N times, in turn, and time its step")
     args = parser.parse_args()
-    models = [compare(name) for name in args.models.split(",")]
+    models = [compare(name, args.time) for name in args.models.split(",")]
     report.save("step_hlo", {"models": models}, markdown(models))
 
 
