@@ -135,7 +135,7 @@ def train_speed(folder: Path) -> str:
         hand, bare, pax = m["hand"], m["bare"], m["pax"]
         lines.append(
             f"| {m['model']} | {hand['tokens_per_sec']:,.0f} | {bare['tokens_per_sec']:,.0f} | "
-            f"{pax['tokens_per_sec']:,.0f} | {m['speed_vs_hand']:.2f} | {pax['mfu']:.1%} | "
+            f"{pax['tokens_per_sec']:,.0f} | {m['speed_vs_hand']:.3f} | {pax['mfu']:.1%} | "
             f"{hand['wall_sec']:.1f} s | {pax['wall_sec']:.1f} s | "
             f"{pax['first_step_sec']:.2f} s | {pax['warm_first_step_sec']:.2f} s | "
             f"{m['step_sec']:.2f} s | {hand['peak_rss_mib']:,.0f} | {pax['peak_rss_mib']:,.0f} | "
@@ -177,11 +177,14 @@ def speed_notes(folder: Path) -> str:
 
 def _timed_steps(models: list[dict]) -> str:
     """A sentence on the train steps timed alone, one program after the other in a process."""
-    return "".join(
-        f"Run in turn in one process from the same state, the {m['model']}'s step takes "
-        f"{m['step_sec']['pax']:.3f} s in Pax and {m['step_sec']['bare']:.3f} s bare "
-        f"(medians of {m['step_repeats']}): what train_speed's loops add beside it is theirs. "
-        for m in models if "step_sec" in m)
+    timed = [m for m in models if "step_sec" in m]
+    if not timed:
+        return ""
+    each = "; ".join(f"{m['step_sec']['pax']:.3f} s in Pax and {m['step_sec']['bare']:.3f} s "
+                     f"bare for the {m['model']}" for m in timed)
+    return (f"Run in turn in one process from the same state, a step takes {each} (medians of "
+            f"{timed[0]['step_repeats']}): what separates pax from bare in the table above is "
+            f"the loop around the step, not the step. ")
 
 
 def sweep_trials(folder: Path) -> str:
