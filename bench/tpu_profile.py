@@ -109,7 +109,8 @@ def markdown(found: dict) -> str:
                   for r in t["top"]]
     lines.append("\nTraced on the chip at each column's commit by `python bench/tpu_train.py "
                  "--steps profile-MODEL-POLICY` (Pax at that policy, the hand-written loop at "
-                 "qkv_out); read by `python bench/tpu_profile.py`.")
+                 "the policy its column names, qkv_out where it names none); read by `python "
+                 "bench/tpu_profile.py`.")
     return "\n".join(lines)
 
 

@@ -16,7 +16,8 @@ Steps (``--steps``, each a name; all by default):
 * ``hand-MODEL-POLICY``: bench/tpu_loop.py at that remat policy (full, dots, qkv_out,
   qkv_attn_out, attn_out, none).
 * ``profile-MODEL-POLICY``: three steps of each traced with ``jax.profiler``, Pax at that
-  ``CHECKPOINT_POLICY`` and the hand-written loop at qkv_out, the traces copied to
+  ``CHECKPOINT_POLICY`` and the hand-written loop at the policy saving the same
+  (``HAND_POLICY``; qkv_out for any other, ``auto`` included), the traces copied to
   ``--out``/{pax,hand}-MODEL.xplane.pb for bench/tpu_profile.py to read.
 * ``rotary``: rotary positions written three ways (Pax's ``apply_rotary``; one pass over
   whole heads whose backward pass is the rotation back; the half swap as a product with a
@@ -51,6 +52,13 @@ EXPERIMENTS = {"470m": "LlamaBench470M", "1b": "LlamaBench1B"}
 DEFAULT_STEPS = ("start", "parity", "pax-470m-auto", "pax-470m-auto+int8", "hand-470m-attn_out",
                  "hand-470m-qkv_attn_out", "hand-470m-qkv_out", "pax-1b-auto", "hand-1b-full",
                  "hand-1b-attn_out")
+
+
+# The hand-written loop's policy that saves what a Pax policy saves (``profile`` traces both):
+# the attention kernel's residuals and the output projection, the three projections and the
+# output projection, nothing.
+HAND_POLICY = {"SAVE_CONTEXT_AND_OUT_PROJ": "attn_out", "SAVE_QKV_OUT_PROJ": "qkv_out",
+               "SAVE_NOTHING": "full"}
 
 
 def _pax(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -203,7 +211,8 @@ def profile(model: str, policy: str, work: Path, out: Path) -> dict:
              "pax_tail": done.stderr[-800:]}
     if not done.returncode:
         (out / f"pax-{model}.xplane.pb").write_bytes(_newest_trace(job / "profile").read_bytes())
-    hand = hand_run(model, "qkv_out", "--steps", "5", "--profile", str(work / "hand"))
+    hand = hand_run(model, HAND_POLICY.get(policy, "qkv_out"), "--steps", "5", "--profile",
+                    str(work / "hand"))
     found["hand"] = hand
     if not hand["exit"]:
         (out / f"hand-{model}.xplane.pb").write_bytes(_newest_trace(work / "hand").read_bytes())
