@@ -74,3 +74,19 @@ def save(name: str, data: Any, table: str) -> Path:
     (FOLDER / f"{name}.md").write_text(table.rstrip("\n") + "\n")
     print(table)
     return FOLDER
+
+
+def kept(name: str, key: str, label: str, measured: list[dict]) -> list[dict]:
+    """The entries under ``key`` of the committed results ``name`` that ``measured`` does not
+    replace (none of its entries has the same ``label``), each with the provenance the file
+    gave it unless it names its own: measuring some of a file's rows keeps the others."""
+    path = FOLDER / f"{name}.json"
+    if not path.exists():
+        return []
+    earlier = json.loads(path.read_text())
+    replaced = {m[label] for m in measured}
+    found = [e for e in earlier[key] if e[label] not in replaced]
+    if "provenance" in earlier:
+        found = [{"provenance": earlier["provenance"], **e} for e in found]
+    return found
+

@@ -121,11 +121,8 @@ def main() -> None:
     args = parser.parse_args()
     traces = [t.rpartition("@") for t in args.traces]
     read = [breakdown(Path(path), commit, args.layers) for path, _, commit in traces]
-    kept = []  # the traces read before, of other names, stay beside the new ones
-    if (earlier := report.FOLDER / "tpu_profile.json").exists():
-        names = {t["trace"] for t in read}
-        kept = [t for t in json.loads(earlier.read_text())["traces"] if t["trace"] not in names]
-    found = {"commit": "each trace's", "traces": kept + read}
+    found = {"commit": "each trace's",
+             "traces": report.kept("tpu_profile", "traces", "trace", read) + read}
     report.save("tpu_profile", found, markdown(found))
 
 

@@ -238,18 +238,6 @@ def bench_model(model: Model, rounds: int, peak_f32: float) -> dict:
     }
 
 
-def earlier_models(measured: list[dict]) -> list[dict]:
-    """The models of the committed results that this run did not measure, each with the
-    provenance it was measured with, so that measuring one model keeps the others' rows."""
-    path = report.FOLDER / "train_speed.json"
-    if not path.exists():
-        return []
-    earlier = json.loads(path.read_text())
-    names = {m["model"] for m in measured}
-    return [{"provenance": earlier.get("provenance"), **m} for m in earlier["models"]
-            if m["model"] not in names]
-
-
 def markdown(summary: dict) -> str:
     peaks = summary["matmul_peak_flops_per_sec"]
     lines = [
@@ -314,7 +302,7 @@ def main() -> None:
         "models": models,
         "wall_sec": time.perf_counter() - started,
     }
-    summary["models"] = earlier_models(summary["models"]) + summary["models"]
+    summary["models"] = report.kept("train_speed", "models", "model", models) + models
     folder = report.save("train_speed", summary, markdown(summary))
     print(f"({summary['wall_sec']:.0f} s; written to {folder})")
 
