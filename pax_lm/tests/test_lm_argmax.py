@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from pax_lm.models import argmax
+from pax_transformer import vocab_argmax as argmax
 
 
 @pytest.mark.parametrize("vocab", [100, 128, 300, 8192])

@@ -5,9 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import flax.linen as nn
-import jax
 import jax.numpy as jnp
-import optax
 
 from pax_core import ModelOutput
 from pax_transformer import FLOPS_FORMULA_VERSION, count_active_params, train_flops_per_token
@@ -18,7 +16,9 @@ class LanguageModel(nn.Module):
 
     Per-token ``weights`` leave padding out of every metric; ``segment_ids`` and
     ``segment_pos`` reach the decoder so that packed documents stay apart. Metrics use Pax's
-    names; ``log_pplx`` is the natural-log perplexity, i.e. the mean cross-entropy.
+    names; ``log_pplx`` is the natural-log perplexity, i.e. the mean cross-entropy. The decoder
+    computes the loss from its final hidden states a chunk of positions at a time (its
+    ``labels``), never holding the float32 logits of the whole batch.
 
     A decoder with sparse (Mixture-of-Experts) layers adds their auxiliary losses, averaged
     over those layers, to the loss and to ``total_loss`` (as praxis adds ``aux_loss``), and
@@ -60,17 +60,17 @@ class LanguageModel(nn.Module):
         return count_active_params(self.decoder)
 
     def __call__(self, batch: dict[str, Any], train: bool = False) -> ModelOutput:
-        logits, stats = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),
-                                     positions=batch.get("segment_pos"), train=train,
-                                     with_stats=True)
         labels = batch["labels"]
         weights = batch.get("weights")
         if weights is None:
             weights = jnp.ones(labels.shape, jnp.float32)
-        xent = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+        loss, stats = self.decoder(batch["ids"], segment_ids=batch.get("segment_ids"),
+                                   positions=batch.get("segment_pos"), train=train,
+                                   with_stats=True, labels=labels, weights=weights)
+        xent = loss.xent
         num_predictions = jnp.sum(weights)
-        avg_xent = jnp.sum(xent * weights) / jnp.maximum(num_predictions, 1.0)
-        correct = (argmax(logits) == labels).astype(jnp.float32)
+        avg_xent = loss.weighted_sum / jnp.maximum(num_predictions, 1.0)
+        correct = (loss.predicted == labels).astype(jnp.float32)
         sparse = _sparse_metrics(stats)
         aux = sparse["aux_loss"][0] if sparse else 0.0
         return ModelOutput(
@@ -85,40 +85,6 @@ class LanguageModel(nn.Module):
             },
             num_tokens=num_predictions,
         )
-
-
-# The chunk of the vocabulary ``argmax`` takes each maximum over: a multiple of a vector
-# register's lanes on every platform.
-_ARGMAX_CHUNK = 128
-
-
-def argmax(logits: jax.Array) -> jax.Array:
-    """``jnp.argmax(logits, -1)``, the same index (the first of the largest, or the first NaN),
-    found in two levels on a CPU: the maximum of each chunk of 128 logits, the first chunk
-    holding the largest, and the first largest within it.
-
-    Why: XLA:CPU runs an argmax over a whole vocabulary as a scalar loop, some thirty times
-    slower than a maximum (37 against 1.1 ms on [8, 256, 8192] logits on two cores), which made
-    the accuracy metric alone 2 to 3% of a 25M-parameter LM's train step; the two levels take
-    7 ms there (25 against 143 ms on [2, 1024, 32000]). A vocabulary that is no multiple of 128
-    takes the one-level argmax (padding it is a copy of the logits, slower than what it saves),
-    as do logits holding a NaN (their sum is NaN: a diverged step), which XLA:CPU's maximum may
-    pass over. Accelerators reduce an argmax as fast as a maximum, and their vocabulary may be
-    split over devices, which the second level's gather would have to collect: they take the
-    one-level argmax always."""
-    logits, vocab = jax.lax.stop_gradient(logits), logits.shape[-1]
-    if vocab <= _ARGMAX_CHUNK or vocab % _ARGMAX_CHUNK or jax.default_backend() != "cpu":
-        return jnp.argmax(logits, -1)
-    return jax.lax.cond(jnp.isnan(jnp.sum(logits)), lambda x: jnp.argmax(x, -1), _two_level,
-                        logits)
-
-
-def _two_level(logits: jax.Array) -> jax.Array:
-    """``argmax`` of logits without a NaN, their vocabulary a multiple of the chunk."""
-    split = logits.reshape(*logits.shape[:-1], -1, _ARGMAX_CHUNK)
-    chunk = jnp.argmax(jnp.max(split, -1), -1)
-    within = jnp.take_along_axis(split, chunk[..., None, None], -2)[..., 0, :]
-    return chunk * _ARGMAX_CHUNK + jnp.argmax(within, -1)
 
 
 def _sparse_metrics(stats: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -36,6 +36,10 @@ _EXPORTS = {
     "BatchNorm": "pax_transformer.layers.normalization",
     "TokenEmbedding": "pax_transformer.layers.embedding",
     "Softmax": "pax_transformer.layers.embedding",
+    # the next-token loss, a chunk of positions at a time
+    "TokenLoss": "pax_transformer.layers.cross_entropy",
+    "cross_entropy": "pax_transformer.layers.cross_entropy",
+    "vocab_argmax": "pax_transformer.layers.cross_entropy",
     "sinusoidal": "pax_transformer.layers.positions",
     "apply_rotary": "pax_transformer.layers.positions",
     "rotary_frequencies": "pax_transformer.layers.positions",

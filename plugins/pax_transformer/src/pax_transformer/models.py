@@ -82,6 +82,7 @@ from pax_transformer.layers.block import (
     block_train_flops_per_token,
     block_weights,
 )
+from pax_transformer.layers.cross_entropy import TokenLoss
 from pax_transformer.layers.embedding import LogitsBias, Softmax, TokenEmbedding
 from pax_transformer.layers.feedforward import ACTIVATIONS
 from pax_transformer.layers.initializers import table_init
@@ -329,10 +330,17 @@ class TransformerLm(nn.Module):
         train: bool = False,
         decode: bool = False,
         with_stats: bool = False,
-    ) -> jax.Array | tuple[jax.Array, dict[str, jax.Array]]:
+        labels: jax.Array | None = None,
+        weights: jax.Array | None = None,
+    ) -> jax.Array | TokenLoss | tuple[jax.Array | TokenLoss, dict[str, jax.Array]]:
         """ids [B, L] int32 -> logits [B, L, vocab_size] float32; with ``with_stats``,
         ``(logits, stats)``: what the sparse feed-forward parts (``layers/moe.py``) report, each
         entry stacked over the layers, ``{}`` for a dense model.
+
+        labels [B, L] (int; with per-token ``weights`` [B, L], every weight 1 without): their
+        ``TokenLoss`` in place of the logits, the next-token loss computed a chunk of positions
+        at a time from the final hidden states, so that a train step never holds the float32
+        logits whole (``layers/cross_entropy.py``).
 
         segment_ids [B, L]: packed sequences; a token attends only to earlier tokens of its own
         segment. positions [B, L]: each token's position within its segment, used by rotary,
@@ -397,23 +405,23 @@ class TransformerLm(nn.Module):
         x = Norm(self.norm, self.norm_epsilon, config.dtype, config.param_dtype,
                  self.norm_scale_offset, name="final_norm")(x)
 
+        head = {"labels": labels, "weights": weights, "soft_cap": self.logits_soft_cap}
         if self.tied_embedding:
-            logits = embedding.attend(x)
-            if self.output_bias:
-                logits = LogitsBias(config.param_dtype, name="softmax")(logits)
+            bias = (LogitsBias(config.param_dtype, name="softmax")(self.vocab_size)
+                    if self.output_bias else None)
+            out = embedding.attend(x, bias=bias, **head)
         else:
-            logits = Softmax(
+            out = Softmax(
                 self.vocab_size,
                 table_init(self.model_dims, self.init_std),
                 self.output_bias,
                 config.dtype,
                 config.param_dtype,
                 name="softmax",
-            )(x)
-        if self.logits_soft_cap:
-            logits = self.logits_soft_cap * jnp.tanh(logits / self.logits_soft_cap)
-        logits = nn.with_logical_constraint(logits, (axes.BATCH, axes.LENGTH, axes.VOCAB))
-        return (logits, stats) if with_stats else logits
+            )(x, **head)
+        if labels is None:
+            out = nn.with_logical_constraint(out, (axes.BATCH, axes.LENGTH, axes.VOCAB))
+        return (out, stats) if with_stats else out
 
 
 def _validate(m: TransformerLm) -> None:
