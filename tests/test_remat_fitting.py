@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 import pax_core
@@ -73,6 +74,33 @@ def test_auto_trains_with_the_least_recomputation_that_fits(needs, monkeypatch, 
         f"{gib['SAVE_CONTEXT_AND_OUT_PROJ']})"]
     recorded = (tmp_path / "job" / "config.json").read_text()
     assert '"SAVE_DOT_FOR_MLPERF_200B"' in recorded
+
+
+def test_auto_passes_over_a_fit_the_compiler_made_by_recomputing_more(needs, monkeypatch):
+    # Near a TPU's memory limit XLA rematerialises more of a step on its own, which XLA:CPU
+    # never does: here the first fitting policy's compiled program reads as so recomputed.
+    heavy = needs["SAVE_DOT_FOR_MLPERF_200B"]
+    monkeypatch.setattr(fitting, "compiler_rematerialised",
+                        lambda compiled: planned_peak_bytes(compiled, "cpu") == heavy)
+    run = _fitted((needs["SAVE_DOT_ONLY"] + heavy) // 2, monkeypatch)
+    assert run.fitted[0].startswith("CHECKPOINT_POLICY=auto chose SAVE_CONTEXT_AND_OUT_PROJ")
+    assert f"SAVE_DOT_FOR_MLPERF_200B {heavy / 2**30:.1f} GiB, the compiler recomputing" \
+        in run.fitted[0]
+    # Where every fit needs the compiler's recomputation, the first of them.
+    monkeypatch.setattr(fitting, "compiler_rematerialised", lambda compiled: True)
+    run = _fitted((needs["SAVE_DOT_ONLY"] + heavy) // 2, monkeypatch)
+    assert run.fitted[0].startswith("CHECKPOINT_POLICY=auto chose SAVE_DOT_FOR_MLPERF_200B")
+
+
+def test_the_compilers_own_rematerialisation_is_read_from_the_program():
+    compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(4)).compile()
+    assert not fitting.compiler_rematerialised(compiled)
+
+    class Recomputed:  # an HLO text as XLA writes it after rematerialising a fusion
+        def as_text(self):
+            return compiled.as_text().replace("ROOT", "%fusion.3.remat = f32[4] copy(x)\n ROOT")
+
+    assert fitting.compiler_rematerialised(Recomputed())
 
 
 def test_nothing_fitting_is_one_clear_message(needs, monkeypatch):

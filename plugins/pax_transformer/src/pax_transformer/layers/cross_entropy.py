@@ -196,15 +196,16 @@ def _forward(part: _Chunk, kernel: jax.Array, bias: jax.Array | None, soft_cap: 
     if bias is not None:
         raw = raw + bias.astype(jnp.float32)
     capped = soft_cap * jnp.tanh(raw / soft_cap) if soft_cap else raw
-    top = jax.lax.stop_gradient(jnp.max(capped, -1, keepdims=True))
-    shifted = capped - top
-    log_norm = jnp.log(jnp.sum(jnp.exp(shifted), -1))
-    label_logit = jnp.take_along_axis(shifted, part.labels[..., None], -1)[..., 0]
+    # The largest logit is read off the argmax, not found by a pass of its own over the chunk.
+    predicted = vocab_argmax(capped)
+    top = jax.lax.stop_gradient(jnp.take_along_axis(capped, predicted[..., None], -1))
+    log_norm = top[..., 0] + jnp.log(jnp.sum(jnp.exp(capped - top), -1))
+    label_logit = jnp.take_along_axis(capped, part.labels[..., None], -1)[..., 0]
     xent = log_norm - label_logit
-    found = (jnp.sum(xent * part.weights), xent, vocab_argmax(capped))
+    found = (jnp.sum(xent * part.weights), xent, predicted)
     if not gradient:
         return found
-    probs = jnp.exp(shifted - log_norm[..., None])
+    probs = jnp.exp(capped - log_norm[..., None])
     one_hot = jax.nn.one_hot(part.labels, capped.shape[-1], dtype=jnp.float32)
     d_logits = (probs - one_hot) * part.weights[..., None]
     if soft_cap:
