@@ -146,6 +146,9 @@ def test_block_sizes_are_the_largest_that_divide_the_sequence():
     assert block_sizes(768).block_kv == block_sizes(768).block_kv_compute == 256
     assert block_sizes(384).block_q_dkv == 128
     assert block_sizes(384).use_fused_bwd_kernel
+    # float32 inputs: at most 512 (1,024 overflowed a v5e kernel's scoped on-chip memory)
+    assert block_sizes(2048, itemsize=4).block_q == block_sizes(2048, 4).block_kv_dkv == 512
+    assert block_sizes(768, itemsize=4).block_q == 256
 
 
 @pytest.mark.parametrize("segments", [False, True], ids=["causal", "segments"])

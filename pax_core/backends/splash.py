@@ -38,8 +38,11 @@ from pax_core.backends.attention import ATTENTION_RESIDUALS
 # computes a block's keys 512 at a time. On a v5e at 2,048 tokens of 64-wide heads, 1,024 with a
 # fused backward pass and keys laid out sequence-minor was 25 % faster than 512 with two backward
 # passes, and 2,048 overflowed the kernel's on-chip memory (bench/tpu_train.py's ``splash``
-# step); 128 is the kernel's lane width.
+# step); 128 is the kernel's lane width. Float32 inputs take blocks of at most 512: at 1,024 their
+# products at full precision overflowed the kernel's 16 MiB of scoped on-chip memory by 260 KiB
+# (the ``parity`` step at 3ed7a2b).
 BLOCKS = (1024, 512, 256, 128)
+WIDE_BLOCK = 512
 KV_COMPUTE = 512
 _QKV = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
 
@@ -94,7 +97,8 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array, *, is_c
         raise ValueError(f"Splash cannot serve {split}; ask splash_unsupported first")
     heads = query.shape[2] // (1 if split is None else
                                math.prod(split[0].shape[a] for a in _names(split[2])))
-    kernel = _kernel(heads, query.shape[1], is_causal, window, logit_cap or None, interpret)
+    kernel = _kernel(heads, query.shape[1], query.dtype.itemsize, is_causal, window,
+                     logit_cap or None, interpret)
     factor = query.shape[-1] ** -0.5 if scale is None else scale
 
     def local(q: jax.Array, k: jax.Array, v: jax.Array, segments: jax.Array | None
@@ -121,12 +125,13 @@ def splash_attention(query: jax.Array, key: jax.Array, value: jax.Array, *, is_c
                          check_vma=False)(query, key, value, segment_ids)
 
 
-def block_sizes(length: int) -> Any:
-    """Splash's tiles for a sequence of ``length``: the largest of ``BLOCKS`` that divides it,
-    for the forward pass and the one backward kernel that computes dq, dk and dv together."""
+def block_sizes(length: int, itemsize: int = 2) -> Any:
+    """Splash's tiles for a sequence of ``length`` of ``itemsize``-byte inputs: the largest of
+    ``BLOCKS`` that divides it (at most ``WIDE_BLOCK`` past 2 bytes), for the forward pass and
+    the one backward kernel that computes dq, dk and dv together."""
     from jax.experimental.pallas.ops.tpu.splash_attention import BlockSizes, QKVLayout
 
-    block = next(b for b in BLOCKS if length % b == 0)
+    block = next(b for b in BLOCKS if length % b == 0 and (itemsize <= 2 or b <= WIDE_BLOCK))
     compute = min(block, KV_COMPUTE)
     return BlockSizes(block_q=block, block_kv=block, block_kv_compute=compute,
                       block_q_dkv=block, block_kv_dkv=block, block_kv_dkv_compute=compute,
@@ -134,9 +139,10 @@ def block_sizes(length: int) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _kernel(heads: int, length: int, is_causal: bool, window: int, logit_cap: float | None,
-            interpret: bool) -> Any:
-    """The kernel for one device's ``heads`` over a sequence of ``length``, built once: its
+def _kernel(heads: int, length: int, itemsize: int, is_causal: bool, window: int,
+            logit_cap: float | None, interpret: bool) -> Any:
+    """The kernel for one device's ``heads`` over a sequence of ``length`` (inputs of
+    ``itemsize`` bytes), built once: its
     mask's block structure is worked out in NumPy when it is made."""
     from jax.experimental.pallas.ops.tpu import splash_attention as splash
 
@@ -149,6 +155,6 @@ def _kernel(heads: int, length: int, is_causal: bool, window: int, logit_cap: fl
         mask = splash.FullMask(shape)
     with jax.ensure_compile_time_eval():  # concrete arrays, though built while tracing a step
         return splash.make_splash_mha(
-            splash.MultiHeadMask([mask] * heads), block_sizes=block_sizes(length),
+            splash.MultiHeadMask([mask] * heads), block_sizes=block_sizes(length, itemsize),
             head_shards=1, q_seq_shards=1, attn_logits_soft_cap=logit_cap,
             residual_checkpoint_name=ATTENTION_RESIDUALS, interpret=interpret)
