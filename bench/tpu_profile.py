@@ -4,10 +4,13 @@ xprof's HLO statistics (``pip install xprof``; it is needed here only, not on th
 
 Each operation of the compiled step is put in one group by what it computes (matrix products,
 the attention kernel, rotary, the optimizer's update, ...), read from the framework op name the
-trace keeps for it; a step's time is the traced time over the number of steps traced (the
-count of the attention kernel's forward calls over the layers that call it).
+trace keeps for it. A step's time is the chip's compute time a whole step (xprof's input
+pipeline analysis of the steps the trace holds whole), and the groups share it as they share
+the traced time, which also holds the parts of the steps the trace cut. (The columns of traces
+from before 283376c divided the traced time by the attention kernel's forward calls over the
+layers, which counted such parts as whole steps: up to 2 % short.)
 
-    python bench/tpu_profile.py [--layers 24] DIR/pax-470m.xplane.pb@COMMIT ...
+    python bench/tpu_profile.py DIR/pax-470m.xplane.pb@COMMIT ...
 
 (each trace with the commit the chip traced, and what else tells it apart, such as
 ``@6abb953, SAVE_QKV_OUT_PROJ``; a column each, added to the columns of other names read
@@ -31,16 +34,28 @@ ELEMENTWISE = ("loop fusion", "data formatting", "non-fusion elementwise", "broa
                "copy-done", "dynamic-update-slice", "custom fusion")
 
 
-def rows(trace: Path) -> list[dict]:
-    """xprof's HLO statistics of one trace, a dict per operation."""
+def _tool(trace: Path, name: str) -> object:
+    """xprof's tool ``name`` over one trace, as JSON."""
     from xprof.convert import raw_to_tool_data
 
     with tempfile.TemporaryDirectory() as tmp:  # xprof caches its work beside the trace
         copy = Path(tmp) / trace.name
         shutil.copy(trace, copy)
-        data, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], "hlo_stats",
+        data, _ = raw_to_tool_data.xspace_to_tool_data([str(copy)], name,
                                                        {"use_saved_result": False})
-    table = json.loads(data)
+    return json.loads(data)
+
+
+def step_compute_ms(trace: Path) -> float:
+    """The chip's compute time in a step, averaged over the steps the trace holds whole."""
+    found = _tool(trace, "input_pipeline_analyzer")
+    return next(float(t["p"]["tc_compute_ms_average"]) for t in found
+                if "tc_compute_ms_average" in t.get("p", {}))
+
+
+def rows(trace: Path) -> list[dict]:
+    """xprof's HLO statistics of one trace, a dict per operation."""
+    table = _tool(trace, "hlo_stats")
     names = [c["id"] for c in table["cols"]]
     return [dict(zip(names, [c["v"] if c else None for c in row["c"]], strict=True))
             for row in table["rows"]]
@@ -63,17 +78,17 @@ def group(row: dict) -> str:
     return "other"
 
 
-def breakdown(trace: Path, commit: str, layers: int) -> dict:
+def breakdown(trace: Path, commit: str) -> dict:
     """Milliseconds a step in each group, and the operations that cost most."""
     found = rows(trace)
     forward = [r["occurrences"] for r in found if r["hlo_op_name"].startswith("splash_mha_fwd")]
-    steps = round(max(forward) / layers)  # each step calls each forward kernel once a layer
+    steps = sum(r["total_self_time"] for r in found) / 1e3 / step_compute_ms(trace)
     groups: dict[str, float] = {}
     for r in found:
         groups[group(r)] = groups.get(group(r), 0.0) + r["total_self_time"] / steps / 1e3
     top = sorted(found, key=lambda r: -r["total_self_time"])[:15]
     return {"trace": f"{trace.name.removesuffix('.xplane.pb')} at {commit}", "commit": commit,
-            "steps_traced": steps,
+            "steps_traced": round(steps, 2),
             "step_ms": sum(groups.values()),
             "groups_ms": dict(sorted(groups.items(), key=lambda kv: -kv[1])),
             "attention_forward_calls_per_layer": len(forward),
@@ -117,10 +132,9 @@ def markdown(found: dict) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("traces", nargs="+", metavar="TRACE@COMMIT")
-    parser.add_argument("--layers", type=int, default=24)
     args = parser.parse_args()
     traces = [t.rpartition("@") for t in args.traces]
-    read = [breakdown(Path(path), commit, args.layers) for path, _, commit in traces]
+    read = [breakdown(Path(path), commit) for path, _, commit in traces]
     found = {"commit": "each trace's",
              "traces": report.kept("tpu_profile", "traces", "trace", read) + read}
     report.save("tpu_profile", found, markdown(found))

@@ -20,9 +20,9 @@ from pax_transformer import ADAPTER_WEIGHTS, MoeFeedForward, TransformerLm
 # The remat policies ``CHECKPOINT_POLICY="auto"`` chooses from, the most memory (the least
 # recomputation) first: none, every matrix product's output, the attention's projections and
 # context, its context and output (with the attention kernel's residuals: its forward pass runs
-# once), its projections, nothing. On one v5e chip the 470M benchmark holds 14.2 GiB and trains
-# at 30,280 tokens/s saving the context and output, 13.0 GiB and 28,570 saving the projections
-# (bench/results/tpu_train.md).
+# once), its projections, nothing. On one v5e chip the 470M benchmark holds 12.3 GiB and trains
+# at 30,470 tokens/s saving the context and output; saving the projections too fits only by the
+# compiler's own recomputation, which ``auto`` passes over (bench/results/tpu_train.md).
 REMAT_BY_MEMORY: tuple[str | None, ...] = (
     None, "SAVE_DOT_ONLY", "SAVE_DOT_FOR_MLPERF_200B", "SAVE_CONTEXT_AND_OUT_PROJ",
     "SAVE_QKV_OUT_PROJ", "SAVE_NOTHING")
