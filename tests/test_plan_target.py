@@ -7,6 +7,7 @@ payloads are checked against sizes worked out by hand from the shapes.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -18,6 +19,7 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from pax_core.commands.plan_search import TIE
 from pax_core.speed import hlo
 from pax_core.speed.hardware import parse_target
 from pax_core.speed.predict import Layout, predict
@@ -249,7 +251,8 @@ def test_pax_plan_search_ranks_the_meshes_of_a_tiny_target():
     ranked = found["ranked"]
     assert ranked and found["tried"] == len(ranked) + sum(found["dropped"].values())
     steps = [c["prediction"]["step_seconds"] for c in ranked]
-    assert steps == sorted(steps)
+    # Fastest first; those within TIE of a faster one's time go by memory (plan_search.rank).
+    assert all(later >= earlier / (1 + TIE) for earlier, later in itertools.pairwise(steps))
     meshes = [c["set"][0] for c in ranked]
     assert len(set(meshes)) == len(meshes)
     assert all(math.prod(json.loads(m.split("=")[1])) == 8 for m in meshes)
