@@ -273,7 +273,7 @@ def _report(now: dict, before: dict | None) -> str:
            + ", ".join(_minutes(t) for t in totals)
            + (f"; before: {_minutes(before['runs'][0]['total'])}." if before else ".")
            + "\n", _table(now, before), "",
-           ".ci/run runs the other sessions beside `tests`, in lanes at nice 19: their "
+           "After `tests`, .ci/run runs the other sessions in lanes side by side: their "
            "times overlap, and the total is .ci/run's own, start to end.\n"]
     if before:
         out.append("'setup' is apt-get and `pip install nox uv`. Before, `tests` stopped at "
