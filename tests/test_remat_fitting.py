@@ -96,11 +96,19 @@ def test_the_compilers_own_rematerialisation_is_read_from_the_program():
     compiled = jax.jit(lambda x: x * 2).lower(jnp.ones(4)).compile()
     assert not fitting.compiler_rematerialised(compiled)
 
-    class Recomputed:  # an HLO text as XLA writes it after rematerialising a fusion
-        def as_text(self):
-            return compiled.as_text().replace("ROOT", "%fusion.3.remat = f32[4] copy(x)\n ROOT")
+    class Program:  # an HLO text with one more instruction before the root
+        def __init__(self, line):
+            self.line = line
 
-    assert fitting.compiler_rematerialised(Recomputed())
+        def as_text(self):
+            return compiled.as_text().replace("ROOT", f"{self.line}\n ROOT")
+
+    # as XLA writes it after rematerialising a fusion (twice, for the second copy)
+    assert fitting.compiler_rematerialised(Program("%fusion.3.remat = f32[4] copy(x)"))
+    assert fitting.compiler_rematerialised(Program("%fusion.3.remat2 = f32[4] copy(x)"))
+    # a layer's own name in an op's metadata is not the compiler's recomputation
+    assert not fitting.compiler_rematerialised(Program(
+        '%copy.1 = f32[4] copy(x), metadata={op_name="jit(f)/block.remat"}'))
 
 
 def test_nothing_fitting_is_one_clear_message(needs, monkeypatch):

@@ -23,6 +23,7 @@ On devices that report no memory limit (the host CPU) nothing is tried: the cons
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -113,11 +114,16 @@ def _fit(host: PluginHost, chosen: ChosenExperiment, config_file: str | None,
     return run
 
 
+# An instruction XLA's rematerialisation made, as its HLO text defines it: ``%NAME.remat = ``
+# (``.remat2`` and on for a second copy); never a name in an op's metadata, which is quoted.
+_COMPILER_REMAT = re.compile(r"\.remat\d* = ")
+
+
 def compiler_rematerialised(compiled: Any) -> bool:
     """Whether the compiler recomputed part of ``compiled`` on its own to fit the memory (its
-    HLO holds instructions XLA's rematerialisation named ``NAME.remat``)."""
+    HLO defines instructions XLA's rematerialisation named ``NAME.remat``)."""
     try:
         text = compiled.as_text()
     except Exception:  # a backend without HLO text: nothing known to be recomputed
         return False
-    return ".remat" in text
+    return _COMPILER_REMAT.search(text) is not None

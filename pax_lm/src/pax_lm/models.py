@@ -12,7 +12,9 @@ from pax_transformer import FLOPS_FORMULA_VERSION, count_active_params, train_fl
 
 
 class LanguageModel(nn.Module):
-    """Wraps a decoder (``ids -> logits``) into a model that computes its own loss.
+    """Wraps a decoder (``ids -> logits``; given ``labels`` and ``weights``, their
+    ``pax_transformer.TokenLoss`` instead, as ``TransformerLm`` gives) into a model that
+    computes its own loss.
 
     Per-token ``weights`` leave padding out of every metric; ``segment_ids`` and
     ``segment_pos`` reach the decoder so that packed documents stay apart. Metrics use Pax's

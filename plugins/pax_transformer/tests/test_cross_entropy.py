@@ -64,6 +64,10 @@ def test_gradients_scale_with_the_cotangent_and_only_the_differentiated_inputs_g
     frozen = jax.jit(jax.grad(lambda x, k: cross_entropy(
         x, jax.lax.stop_gradient(k), labels, weights, chunks=2).weighted_sum))(x, kernel)
     assert jnp.allclose(frozen, want / 3.0, rtol=1e-5, atol=1e-6)
+    # The metrics' cross-entropy carries no gradient: only the weighted sum does.
+    metrics_only = jax.grad(lambda x: cross_entropy(x, kernel, labels, weights,
+                                                    chunks=2).xent.sum())(x)
+    assert not metrics_only.any()
 
 
 def test_bfloat16_products_keep_float32_weight_gradients_close_to_the_whole_loss():

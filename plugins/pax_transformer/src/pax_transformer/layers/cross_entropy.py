@@ -179,8 +179,8 @@ def _loss_bwd(chunks, soft_cap, has_bias, residuals, cotangents):
     and ``predicted`` leave ``cross_entropy`` behind a stop_gradient: theirs are zero.)"""
     del chunks, soft_cap, has_bias
     scale = cotangents[0]
-    scale = jnp.zeros((), jnp.float32) if isinstance(scale, jax.custom_derivatives.SymbolicZero) \
-        else scale
+    if isinstance(scale, jax.custom_derivatives.SymbolicZero):  # the loss is not used
+        residuals = (None,) * len(residuals)
     gradients = tuple(None if g is None else g * scale.astype(g.dtype) for g in residuals)
     return (*gradients, None, None)  # none for the labels and the weights
 
@@ -192,10 +192,7 @@ def _forward(part: _Chunk, kernel: jax.Array, bias: jax.Array | None, soft_cap: 
              gradient: bool = False) -> tuple:
     """One chunk's weighted loss sum, cross-entropy and argmax; with ``gradient``, also the
     gradient of the weighted sum with respect to the chunk's logits before the cap (float32)."""
-    raw = jnp.einsum("bcd,dv->bcv", part.x, kernel, preferred_element_type=jnp.float32)
-    if bias is not None:
-        raw = raw + bias.astype(jnp.float32)
-    capped = soft_cap * jnp.tanh(raw / soft_cap) if soft_cap else raw
+    capped = logits(part.x, kernel, bias, soft_cap)
     # The largest logit is read off the argmax, not found by a pass of its own over the chunk.
     predicted = vocab_argmax(capped)
     top = jax.lax.stop_gradient(jnp.take_along_axis(capped, predicted[..., None], -1))
