@@ -42,6 +42,8 @@ _EXPORTS = {
     "vocab_argmax": "pax_transformer.layers.cross_entropy",
     "sinusoidal": "pax_transformer.layers.positions",
     "apply_rotary": "pax_transformer.layers.positions",
+    "rotation": "pax_transformer.layers.positions",
+    "rotate": "pax_transformer.layers.positions",
     "rotary_frequencies": "pax_transformer.layers.positions",
     "RotaryScaling": "pax_transformer.layers.positions",
     "LearnedPositions": "pax_transformer.layers.positions",

@@ -24,7 +24,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax.typing import Initializer
 from jax.ad_checkpoint import checkpoint_name
 
@@ -37,8 +36,9 @@ from pax_transformer.layers.normalization import Norm
 from pax_transformer.layers.positions import (
     NO_SCALING,
     RotaryScaling,
-    apply_rotary,
     rotary_frequencies,
+    rotate,
+    rotation,
 )
 
 QKV_AXES = (axes.BATCH, axes.LENGTH, axes.HEADS, axes.KV)
@@ -198,14 +198,20 @@ class Attention(nn.Module):
         return (layer + 1) % self.global_every != 0
 
     @nn.nowrap
-    def frequencies(self, sliding: Sliding | None) -> np.ndarray | jax.Array:
-        """The rotary frequencies of a layer that slides or not (``sliding``)."""
+    def rotation(self, positions: jax.Array, sliding: Sliding | None
+                 ) -> tuple[jax.Array, jax.Array]:
+        """The rotary sines and cosines of a layer that slides or not (``sliding``). A traced
+        ``sliding`` selects between both frequency sets' rotations, each computed from the
+        positions alone, so that they stay outside a scanned stack's loops (``rotation``)."""
         dims = int(self.dim_per_head * self.rotary_fraction)
         full = rotary_frequencies(dims, self.rotary_base, self.rotary_scaling)
         if self.local_rotary_base is None or sliding is None or sliding is False:
-            return full
-        local = rotary_frequencies(dims, self.local_rotary_base)
-        return local if sliding is True else jnp.where(sliding, local, full)
+            return rotation(positions, full)
+        local = rotation(positions, rotary_frequencies(dims, self.local_rotary_base))
+        if sliding is True:
+            return local
+        full_rotation = rotation(positions, full)
+        return tuple(jnp.where(sliding, a, b) for a, b in zip(local, full_rotation, strict=True))
 
     @nn.compact
     def __call__(
@@ -234,9 +240,8 @@ class Attention(nn.Module):
             key = self._head_norm("key_norm")(key)
         sliding = self.sliding(layer)
         if self.rotary:
-            frequencies = self.frequencies(sliding)
-            query = apply_rotary(query, positions, frequencies=frequencies)
-            key = apply_rotary(key, positions, frequencies=frequencies)
+            sin, cos = self.rotation(positions, sliding)
+            query, key = rotate(query, sin, cos), rotate(key, sin, cos)
         if self.per_dim_scale:
             query = self._scale_per_dim(query)
         query, key, value = (nn.with_logical_constraint(t, QKV_AXES) for t in (query, key, value))

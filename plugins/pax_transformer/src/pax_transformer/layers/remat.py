@@ -36,6 +36,8 @@ KEY_PROJ = "key_proj"
 VALUE_PROJ = "value_proj"
 CONTEXT = "context"
 OUT_PROJ = "out_proj"
+# Rotary sines and cosines (``positions.rotation``): saved by every policy, see there.
+ROTATION = "rotation"
 
 _policies = jax.checkpoint_policies
 POLICIES: dict[str, Callable[..., bool]] = {
@@ -56,6 +58,8 @@ POLICIES: dict[str, Callable[..., bool]] = {
 
 
 def remat_policy(name: str) -> Callable[..., bool]:
-    """The ``jax.checkpoint`` policy for a Pax policy name; ValueError listing the valid ones."""
+    """The ``jax.checkpoint`` policy for a Pax policy name, which also saves the rotary
+    ``ROTATION``; ValueError listing the valid ones."""
     check_choice("remat_policy", name, POLICIES)
-    return POLICIES[name]
+    return _policies.save_from_both_policies(POLICIES[name],
+                                             _policies.save_only_these_names(ROTATION))
