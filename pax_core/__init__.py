@@ -22,7 +22,7 @@ import warnings
 from typing import Any
 
 __version__ = "0.1.0"
-API_VERSION = "1.21.0"
+API_VERSION = "1.22.0"
 
 # Public name -> the module that defines it.
 _EXPORTS: dict[str, str] = {

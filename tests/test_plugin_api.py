@@ -49,7 +49,8 @@ TESTING_API = [
     "evaluate", "export_params", "fault_trials", "first_batch_losses", "first_batch_steps",
     "going_down", "import_job",
     "isolated_host", "kill_and_compare", "kill_trials", "pax_host", "plan", "read_metrics",
-    "read_params", "register_plugin", "resolve", "run_pax", "step_flops", "stop_once_saved",
+    "read_params", "register_plugin", "resolve", "run_pax", "splash_served", "step_flops",
+    "stop_once_saved",
     "train", "train_losses", "use_cpu_devices", "use_fake_devices",
 ]
 PLUGIN_SOURCES = [p.source for p in PACKAGES if p.module != "pax_core"]

@@ -50,12 +50,20 @@ class Backend:
                   scale: float | None = None) -> jax.Array:
         """Scaled dot-product attention, as ``pax_core.dot_product_attention`` documents; the
         default is XLA's with the full ``mask``: ``jax.nn.dot_product_attention``, or explicit
-        einsums where a logit cap or a scale of its own is asked for."""
-        import jax
+        einsums where a logit cap or a scale of its own is asked for.
 
+        What the attention keeps for its backward pass carries the checkpoint name
+        ``ATTENTION_RESIDUALS``, which remat policies save: here the output; a fused kernel's
+        own residuals (its output and softmax statistics) where a backend runs one."""
+        import jax
+        from jax.ad_checkpoint import checkpoint_name
+
+        from pax_core.backends.attention import ATTENTION_RESIDUALS
         from pax_core.backends.einsum import einsum_attention
 
         del is_causal, segment_ids, window  # all three are already in the mask
         if logit_cap or scale is not None:
-            return einsum_attention(query, key, value, mask, scale, logit_cap)
-        return jax.nn.dot_product_attention(query, key, value, mask=mask)
+            out = einsum_attention(query, key, value, mask, scale, logit_cap)
+        else:
+            out = jax.nn.dot_product_attention(query, key, value, mask=mask)
+        return checkpoint_name(out, ATTENTION_RESIDUALS)

@@ -11,6 +11,8 @@
 * the ``pax_host`` fixture (an isolated host) and ``register_plugin(host, obj)`` for a throwaway
   plugin that lives for one test.
 * ``cpu_mesh(shape, axis_names)`` — a ``jax.sharding.Mesh`` over the fake devices.
+* ``splash_served()`` — in a ``with`` block, ``pax_core.dot_product_attention`` is served as
+  on a TPU: by the tpu backend, its Splash kernel run by Pallas' interpreter on the CPU.
 * ``run_pax(*args)`` — the installed ``pax`` command as a user runs it, plugin failures fatal;
   ``read_metrics(job_dir)`` — the records of its ``metrics.jsonl``.
 * Fault trials (``pax_core.testing.faults``): ``kill_trials(args, job_dir, trials=N)`` runs
@@ -81,7 +83,8 @@ __all__ = [  # noqa: RUF022 (the lent names last)
     "cpu_xla_flags",
     "fault_trials", "going_down", "isolated_host", "kill_and_compare", "kill_trials", "pax_host",
     "read_metrics",
-    "read_params", "register_plugin", "run_pax", "stop_once_saved", "train_losses",
+    "read_params", "register_plugin", "run_pax", "splash_served", "stop_once_saved",
+    "train_losses",
     "use_cpu_devices",
     "build_run", "evaluate", "export_params", "first_batch_losses", "first_batch_steps",
     "import_job", "plan",
@@ -115,6 +118,24 @@ def register_plugin(host: PluginHost, plugin: Any, name: str = "throwaway") -> I
         yield record
     finally:
         host.unregister(name)
+
+
+@contextlib.contextmanager
+def splash_served() -> Iterator[None]:
+    """Attention served as on a TPU for the duration of a ``with`` block: the tpu backend,
+    Splash in Pallas' interpreter (so that a layer's use of the kernel is testable here)."""
+    import functools
+
+    from pax_core.backends import attention, splash
+    from pax_core.backends.tpu import TpuBackend
+
+    before = attention._running, attention._takes_all, splash.splash_attention
+    splash.splash_attention = functools.partial(before[2], interpret=True)
+    attention.use_backend(TpuBackend())
+    try:
+        yield
+    finally:
+        attention._running, attention._takes_all, splash.splash_attention = before
 
 
 def cpu_mesh(shape: Sequence[int], axis_names: Sequence[str]):

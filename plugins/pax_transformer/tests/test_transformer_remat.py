@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+
+import flax.linen as nn
 import jax
 import jax.extend
+import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.ad_checkpoint import print_saved_residuals
 from transformer_helpers import init_params, loss_fn, random_ids, tiny
 
-from pax_transformer.layers.remat import POLICIES
+from pax_core.testing import splash_served
+from pax_transformer import Attention
+from pax_transformer.layers.remat import POLICIES, remat_policy
 
 
 @pytest.fixture(scope="module")
@@ -70,3 +77,26 @@ def test_rotary_angles_are_evaluated_outside_the_layers_loops(policy: str) -> No
     assert len(bodies) >= 2  # the forward and the backward loop
     assert all({"sin", "cos"}.isdisjoint(_primitives(body)) for body in bodies)
     assert {"sin", "cos"} <= _primitives(closed.jaxpr)
+
+
+@pytest.mark.parametrize("splash", [False, True], ids=["xla", "splash"])
+def test_a_layer_keeps_its_attention_output_once(splash, capsys):
+    """Under ``SAVE_CONTEXT_AND_OUT_PROJ`` a transformer layer keeps one copy of the attention's
+    output for its backward pass: what the backend names (Splash's output in the kernel's
+    layout, or XLA's), not that and the layer's context in another layout besides."""
+    length = 256
+    layer = Attention(num_heads=2, num_kv_heads=2, dim_per_head=32, max_seq_len=length,
+                      kernel_init=nn.initializers.normal(0.02))
+    x = jax.random.normal(jax.random.PRNGKey(0), (1, length, 64))
+    positions = jnp.arange(length)[None]
+    params = layer.init(jax.random.PRNGKey(1), x, positions)
+
+    def loss(params, x):
+        return jnp.sin(layer.apply(params, x, positions)).sum()
+
+    with splash_served() if splash else contextlib.nullcontext():
+        print_saved_residuals(
+            jax.checkpoint(loss, policy=remat_policy("SAVE_CONTEXT_AND_OUT_PROJ")), params, x)
+    shapes = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    outputs = [s for s in shapes if s in (f"f32[1,{length},2,32]", f"f32[1,2,{length},32]")]
+    assert len(outputs) == 1, shapes

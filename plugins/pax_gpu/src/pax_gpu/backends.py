@@ -11,8 +11,9 @@ from typing import Any
 import jax
 import jax.extend.core
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
-from pax_core import Backend, Preset, UsageError, warn
+from pax_core import ATTENTION_RESIDUALS, Backend, Preset, UsageError, warn
 from pax_gpu.presets import PRESETS
 
 # cuDNN's flash attention needs Ampere or newer (bf16 tensor cores).
@@ -178,8 +179,11 @@ class GpuBackend(Backend):
                                        segment_ids=segment_ids)
         if reason is None:
             try:
-                return cudnn_attention(query, key, value, is_causal=is_causal,
-                                       segment_ids=segment_ids)
+                # Its output is what the layer's backward pass needs kept (the kernel's own
+                # statistics it recomputes).
+                return checkpoint_name(cudnn_attention(query, key, value, is_causal=is_causal,
+                                                       segment_ids=segment_ids),
+                                       ATTENTION_RESIDUALS)
             except (ValueError, RuntimeError, NotImplementedError) as e:
                 reason = f"a shape this cuDNN refuses ({str(e).splitlines()[0]})"
         _notice(reason)

@@ -7,4 +7,4 @@ layers are used through the public face (``pax_transformer``) by the models of o
 from __future__ import annotations
 
 # The range of pax_core.API_VERSION this plugin is built for.
-PAX_API = ">=1.21,<2"
+PAX_API = ">=1.22,<2"

@@ -270,7 +270,7 @@ class Attention(nn.Module):
         context = dot_product_attention(
             query, key, value, mask=mask, is_causal=is_causal, segment_ids=segment_ids,
             window=window if is_causal else 0, logit_cap=self.logit_cap, scale=self.query_scale)
-        context = checkpoint_name(nn.with_logical_constraint(context, QKV_AXES), remat.CONTEXT)
+        context = nn.with_logical_constraint(context, QKV_AXES)
 
         out = self._projection((x.shape[-1],), out_axes, (axes.EMBED,), "out", self.use_bias)(
             context)

@@ -16,10 +16,15 @@ becomes the three names below.
 | SAVE_CONTEXT_AND_OUT_PROJ   | attention context and output projection        |
 | SAVE_DOT_FOR_MLPERF_200B    | query/key/value, context and output projection |
 
-The policies that save the context also save what a fused attention kernel keeps for its
-backward pass (``pax_core.ATTENTION_RESIDUALS``: Splash's output and softmax statistics, on a
-TPU), without which the backward pass runs the kernel's forward pass again: on a v5e that was
-a fifth of the attention's time in a 470M model's step (bench/results/tpu_profile.md).
+The context is what the attention backend keeps for its backward pass, named
+``pax_core.ATTENTION_RESIDUALS``: XLA's attention names its output, Splash (on a TPU) its
+output and softmax statistics, without which the backward pass runs the kernel's forward pass
+again (a fifth of the attention's time in a 470M model's step on a v5e). The layer does not
+name the context a second time: Splash's output and the layer's context are the same numbers
+in two layouts, and keeping both cost 1.5 % of that step (bench/results/tpu_profile.md).
+
+Every policy also saves the rotary sines and cosines (``ROTATION``), computed from the
+positions alone and so kept once for all the layers of a scanned stack.
 """
 
 from __future__ import annotations
@@ -34,7 +39,6 @@ from pax_transformer.layers.validation import check_choice
 QUERY_PROJ = "query_proj"
 KEY_PROJ = "key_proj"
 VALUE_PROJ = "value_proj"
-CONTEXT = "context"
 OUT_PROJ = "out_proj"
 # Rotary sines and cosines (``positions.rotation``): saved by every policy, see there.
 ROTATION = "rotation"
@@ -49,10 +53,10 @@ POLICIES: dict[str, Callable[..., bool]] = {
         QUERY_PROJ, KEY_PROJ, VALUE_PROJ, OUT_PROJ
     ),
     "SAVE_CONTEXT_AND_OUT_PROJ": _policies.save_only_these_names(
-        CONTEXT, ATTENTION_RESIDUALS, OUT_PROJ
+        ATTENTION_RESIDUALS, OUT_PROJ
     ),
     "SAVE_DOT_FOR_MLPERF_200B": _policies.save_only_these_names(
-        QUERY_PROJ, KEY_PROJ, VALUE_PROJ, CONTEXT, ATTENTION_RESIDUALS, OUT_PROJ
+        QUERY_PROJ, KEY_PROJ, VALUE_PROJ, ATTENTION_RESIDUALS, OUT_PROJ
     ),
 }
 
