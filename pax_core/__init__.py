@@ -78,7 +78,7 @@ _EXPORTS: dict[str, str] = {
     "apply_presets": "pax_core.backends.presets",
     "parse_flags": "pax_core.backends.presets",
     "dot_product_attention": "pax_core.backends.attention",
-    "ATTENTION_RESIDUALS": "pax_core.backends.attention",
+    "ATTENTION_RESIDUALS": "pax_core.backends.base",
     "MeshLayout": "pax_core.parallel.layouts",
     "DistributedOptions": "pax_core.parallel.processes",
     "axes": "pax_core.axes",

@@ -22,12 +22,6 @@ _takes_all = True
 # The name every operation of the attention carries in a compiled program, so that ``pax plan
 # --target`` can cost it as the one fused kernel a GPU's backend runs (``pax_core.speed.hlo``).
 SCOPE = "dot_product_attention"
-# The ``jax.ad_checkpoint.checkpoint_name`` of what the attention keeps for its backward pass
-# (XLA's attention: its output; Splash: its output and softmax statistics), exported from
-# ``pax_core``: a remat policy that saves it keeps a fused kernel from running its forward
-# pass again in the backward, and the output from being kept twice (once as a kernel's
-# residual, once as the layer's context).
-ATTENTION_RESIDUALS = "attention_residuals"
 _ADDED = ("window", "logit_cap", "scale")
 
 

@@ -10,6 +10,13 @@ from pax_core.backends.presets import Preset
 if TYPE_CHECKING:
     import jax
 
+# The ``jax.ad_checkpoint.checkpoint_name`` of what the attention keeps for its backward pass
+# (XLA's attention: its output; Splash: its output and softmax statistics), exported from
+# ``pax_core``: a remat policy that saves it keeps a fused kernel from running its forward
+# pass again in the backward, and the output from being kept twice (once as a kernel's
+# residual, once as the layer's context).
+ATTENTION_RESIDUALS = "attention_residuals"
+
 
 class Backend:
     """Base of a platform's set-up; every step does JAX's default unless a platform needs more."""
@@ -58,7 +65,6 @@ class Backend:
         import jax
         from jax.ad_checkpoint import checkpoint_name
 
-        from pax_core.backends.attention import ATTENTION_RESIDUALS
         from pax_core.backends.einsum import einsum_attention
 
         del is_causal, segment_ids, window  # all three are already in the mask

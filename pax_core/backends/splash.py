@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from pax_core import axes
-from pax_core.backends.attention import ATTENTION_RESIDUALS
+from pax_core.backends.base import ATTENTION_RESIDUALS
 
 # Splash tiles the sequence in blocks of these sizes, the largest that divides it first, and
 # computes a block's keys 512 at a time. On a v5e at 2,048 tokens of 64-wide heads, 1,024 with a
