@@ -140,8 +140,8 @@ def loss_fn(model: Decoder, params, batch) -> jax.Array:
     if model.c.plain:
         logits = model.apply({"params": params}, batch["ids"])
         return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"]))
-    logits = model.apply({"params": params}, batch["ids"], batch["segment_ids"],
-                         batch["segment_pos"])
+    logits = model.apply({"params": params}, batch["ids"], batch.get("segment_ids"),
+                         batch.get("segment_pos"))
     xent = optax.softmax_cross_entropy_with_integer_labels(logits, batch["labels"])
     return jnp.sum(xent * batch["weights"]) / jnp.maximum(jnp.sum(batch["weights"]), 1.0)
 
@@ -165,7 +165,7 @@ def main() -> None:
     with np.load(args.batches) as saved:
         data = dict(saved)
     steps = data["ids"].shape[0]
-    keys = ("ids", "labels") if c.plain else KEYS
+    keys = ("ids", "labels") if c.plain else tuple(k for k in KEYS if k in data)
 
     def batch(i: int) -> dict[str, np.ndarray]:
         return {k: data[k][i] for k in keys}

@@ -35,8 +35,9 @@ KEYS = handwritten.KEYS
 
 
 def unpacked(batches: dict[str, np.ndarray]) -> bool:
-    """Whether every row is one document from position 0, every token weighted 1."""
-    ids, pos = batches["segment_ids"], batches["segment_pos"]
+    """Whether every row is one document from position 0, every token weighted 1 (rows without
+    ``segment_ids`` are one document each)."""
+    ids, pos = batches.get("segment_ids", batches["ids"][..., :1]), batches["segment_pos"]
     return bool(np.all(batches["weights"] == 1) and np.all(ids == ids[..., :1])
                 and np.all(pos == np.arange(pos.shape[-1])))
 
@@ -94,7 +95,7 @@ def main() -> None:
     data = next(d for d in job.datasets if d.is_training)
     data.shard(0, 1)
     batches = [data.get_next() for _ in range(args.steps)]
-    stacked = {k: np.stack([b[k] for b in batches]) for k in KEYS}
+    stacked = {k: np.stack([b[k] for b in batches]) for k in KEYS if k in batches[0]}
     np.savez(args.batches, **stacked)
 
     model, optimizer = job.task.model, job.task.train.learner.optimizer

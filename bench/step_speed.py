@@ -110,7 +110,7 @@ def two_steps(compiled, start: tuple, batches: list) -> float:
             out = compiled(args[0], batch)
             args = out[:1]
         else:
-            batch = {k: batch[k] for k in KEYS}
+            batch = {k: batch[k] for k in KEYS if k in batch}
             out = compiled(*args, batch)
             args = out[:2]
     jax.block_until_ready(out)
