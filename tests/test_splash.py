@@ -208,4 +208,3 @@ def test_the_tpu_backend_serves_splash_and_says_once_why_not(monkeypatch, capsys
         attention.dot_product_attention(q[:, :1], k, v, mask=cache)
     assert capsys.readouterr().err.count("attention runs on XLA, not Splash, for a mask") == 1
     assert served == [48]
-
