@@ -37,8 +37,9 @@ KEYS = handwritten.KEYS
 def unpacked(batches: dict[str, np.ndarray]) -> bool:
     """Whether every row is one document from position 0, every token weighted 1 (rows without
     ``segment_ids`` are one document each)."""
-    ids, pos = batches.get("segment_ids", batches["ids"][..., :1]), batches["segment_pos"]
-    return bool(np.all(batches["weights"] == 1) and np.all(ids == ids[..., :1])
+    ids, pos = batches.get("segment_ids"), batches["segment_pos"]
+    return bool(np.all(batches["weights"] == 1)
+                and (ids is None or np.all(ids == ids[..., :1]))
                 and np.all(pos == np.arange(pos.shape[-1])))
 
 

@@ -129,13 +129,14 @@ def splash_served() -> Iterator[None]:
     from pax_core.backends import attention, splash
     from pax_core.backends.tpu import TpuBackend
 
-    before = attention._running, attention._takes_all, splash.splash_attention
-    splash.splash_attention = functools.partial(before[2], interpret=True)
+    running, takes_all, kernel = attention._running, attention._takes_all, splash.splash_attention
+    splash.splash_attention = functools.partial(kernel, interpret=True)
     attention.use_backend(TpuBackend())
     try:
         yield
     finally:
-        attention._running, attention._takes_all, splash.splash_attention = before
+        attention._running, attention._takes_all = running, takes_all
+        splash.splash_attention = kernel
 
 
 def cpu_mesh(shape: Sequence[int], axis_names: Sequence[str]):

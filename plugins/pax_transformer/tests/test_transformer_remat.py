@@ -65,12 +65,19 @@ def _primitives(jaxpr: jax.extend.core.Jaxpr) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("policy", ["SAVE_NOTHING", "SAVE_DOT_ONLY"])
-def test_rotary_angles_are_evaluated_outside_the_layers_loops(policy: str) -> None:
+# Gemma 3's layers: every second one global, the sliding ones with a rotary base of their own,
+# chosen by the scanned layer index (both rotations computed outside, one selected inside).
+LOCAL_ROTARY = {"sliding_window": 4, "global_every": 2, "local_rotary_base": 10.0}
+
+
+@pytest.mark.parametrize(("policy", "fields"), [("SAVE_NOTHING", {}), ("SAVE_DOT_ONLY", {}),
+                                                ("SAVE_NOTHING", LOCAL_ROTARY)],
+                         ids=["nothing", "dots", "nothing-local-rotary"])
+def test_rotary_angles_are_evaluated_outside_the_layers_loops(policy: str, fields: dict) -> None:
     # The rotation depends on the positions alone: computed once, not again in every layer's
     # forward and rematerialised passes.
     ids = random_ids(length=9)
-    model = tiny(scan_layers=True, remat_policy=policy)
+    model = tiny(scan_layers=True, remat_policy=policy, **fields)
     params = init_params(model, ids)
     closed = jax.make_jaxpr(jax.grad(loss_fn(model)))(params, ids)
     bodies = _loop_bodies(closed.jaxpr)
