@@ -17,7 +17,8 @@ Steps (``--steps``, each a name; all by default):
   qkv_attn_out, attn_out, none).
 * ``profile-MODEL-POLICY``: three steps of each traced with ``jax.profiler``, Pax at that
   ``CHECKPOINT_POLICY`` and the hand-written loop at the policy saving the same
-  (``HAND_POLICY``; qkv_out for any other, ``auto`` included), the traces copied to
+  (``HAND_POLICY``; qkv_out for any other, ``auto`` included; ``POLICY+int8``: Pax trained
+  in int8, the loop in bfloat16), the traces copied to
   ``--out``/{pax,hand}-MODEL.xplane.pb for bench/tpu_profile.py to read.
 * ``rotary``: rotary positions written three ways (Pax's ``apply_rotary``; one pass over
   whole heads whose backward pass is the rotation back; the half swap as a product with a
@@ -204,14 +205,17 @@ def _newest_trace(folder: Path) -> Path:
 def profile(model: str, policy: str, work: Path, out: Path) -> dict:
     """Pax's step and the hand-written loop's, three of each traced."""
     job = work / f"profile-{model}"
+    remat, _, quantized = policy.partition("+")
+    sets = ["--set", f"CHECKPOINT_POLICY={remat}",
+            *(["--set", f"QUANTIZE_TRAINING={quantized}"] if quantized else [])]
     done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
-                "--set", f"CHECKPOINT_POLICY={policy}", "--set", "NUM_TRAIN_STEPS=12",
-                "--profile-steps", "10:12", "--no-eval-on-test")
+                *sets, "--set", "NUM_TRAIN_STEPS=12", "--profile-steps", "10:12",
+                "--no-eval-on-test")
     found = {"step": f"profile-{model}-{policy}", "pax_exit": done.returncode,
              "pax_tail": done.stderr[-800:]}
     if not done.returncode:
         (out / f"pax-{model}.xplane.pb").write_bytes(_newest_trace(job / "profile").read_bytes())
-    hand = hand_run(model, HAND_POLICY.get(policy, "qkv_out"), "--steps", "5", "--profile",
+    hand = hand_run(model, HAND_POLICY.get(remat, "qkv_out"), "--steps", "5", "--profile",
                     str(work / "hand"))
     found["hand"] = hand
     if not hand["exit"]:
