@@ -3,12 +3,15 @@
 
 The experiments that plan on the same number of devices (8 for Pax's data-parallel path, 512 for
 a declared mesh, 1024 for the pipelined) are planned one after another in one fresh process with
-that many fake CPU devices (the test process has 8): nothing is allocated, no data is read. Two
+that many fake CPU devices (the test process has 8): nothing is allocated, no data is read. Three
 things keep the sweep short without changing what it checks:
 
+* a variant that changes only its base's step count (Pax's ``LimitSteps`` experiments) trains
+  its base's program, which is planned: it is checked to differ only there, not planned again
+  (tracing and lowering it took as long as its base);
 * the process uses the test run's compilation cache, so an experiment whose train step is the
-  same program as one planned before it (the ``LimitSteps`` variants differ only in their step
-  count) loads it instead of compiling it again, with the same plan;
+  same program as one planned before it (in this run or an earlier one) loads it instead of
+  compiling it again, with the same plan;
 * XLA's CPU backend compiles with its legacy element-wise emitters
   (``--xla_cpu_use_fusion_emitters=false``): its MLIR fusion emitters generate machine code that
   a plan never runs, and take half of the sweep's time. The program is partitioned for the
@@ -27,7 +30,7 @@ import subprocess
 import sys
 
 import pytest
-from test_catalogue import expected_count
+from test_catalogue import decoder_fields, expected_count
 
 from pax_lm.experiments.base import PipelinedExperiment
 from pax_lm.experiments.catalogue import EXPERIMENTS
@@ -59,12 +62,25 @@ def _load(ref):
     return getattr(importlib.import_module(module), name)
 
 
+CATALOGUE_NAMES = {ref.name for ref in EXPERIMENTS}
+
+
+def _step_count_variant(cls: type) -> bool:
+    """Whether ``cls`` is its base experiment with another ``NUM_TRAIN_STEPS`` and nothing else
+    (Pax's ``LimitSteps`` variants): its train step is its base's program."""
+    own = {name for name in vars(cls) if name.isupper()}
+    return own == {"NUM_TRAIN_STEPS"} and cls.__bases__[0].__name__ in CATALOGUE_NAMES
+
+
 def _plannable() -> list[tuple[int, str]]:
     """(devices to plan on, name): a declared mesh's size, or 8 devices for Pax's
-    data-parallel path; SPMD meshes over 512 devices are left out."""
+    data-parallel path; SPMD meshes over 512 devices are left out, and so are step-count
+    variants, whose program is their base's (``test_step_count_variants_differ_only_there``)."""
     out = []
     for ref in EXPERIMENTS:
         cls = _load(ref)
+        if _step_count_variant(cls):
+            continue
         if issubclass(cls, PipelinedExperiment):
             out.append((PIPELINE_DEVICES, ref.name))
         elif (cls.mesh_size() or 8) <= MAX_DEVICES:
@@ -111,8 +127,25 @@ def _check_pipeline(exp, plan):
     assert facts["pipeline_bubble"] == pytest.approx((stages - 1) / iterations)
 
 
+def test_step_count_variants_differ_only_there():
+    """A variant left out of the sweep trains its base's program: the same decoder and mesh,
+    another step count; its base is planned."""
+    variants = [ref for ref in EXPERIMENTS if _step_count_variant(_load(ref))]
+    assert len(variants) >= 9
+    planned = {name for _, name in PLANNABLE}
+    for ref in variants:
+        cls = _load(ref)
+        base = cls.__bases__[0]
+        assert base.__name__ in planned, ref.name
+        assert cls.NUM_TRAIN_STEPS != base.NUM_TRAIN_STEPS, ref.name
+        variant, original = cls(), base()
+        assert decoder_fields(variant) == decoder_fields(original), ref.name
+        assert (variant.mesh_size(), variant.global_batch_size()) == (
+            original.mesh_size(), original.global_batch_size()), ref.name
+
+
 def test_plannable_experiments_cover_the_catalogue():
-    assert len(PLANNABLE) >= 53
+    assert len(PLANNABLE) >= 44
     pipelined = [name for devices, name in PLANNABLE if devices == PIPELINE_DEVICES]
     assert len(pipelined) == 12 and "LmCloudSpmdPipeline175B" in pipelined
     assert {"LmCloudSpmd2B", "C4Spmd16BAdam32Replicas", "LmCloudSpmd256B",
