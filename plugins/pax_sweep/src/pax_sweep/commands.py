@@ -35,8 +35,8 @@ def sweep(
         "--search-file", metavar="FILE",
         help="KEY=EXPR lines (# comments), as --search.")] = None,
     metric: Annotated[str | None, typer.Option(
-        "--metric", metavar="'KIND NAME'",
-        help="The metric that judges a trial, its last value: 'eval/test loss', "
+        "--metric", metavar="METRIC",
+        help="The metric that judges a trial, its last value, as KIND NAME: 'eval/test loss', "
         "'eval/heldout log_pplx'; default: the experiment's search().")] = None,
     goal: Annotated[str | None, typer.Option(
         "--goal", metavar="minimize|maximize",
