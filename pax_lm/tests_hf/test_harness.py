@@ -9,6 +9,7 @@ and a task whose data is missing."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import math
@@ -109,7 +110,14 @@ def evaluated(model, folder, task: str, **options) -> dict:
 def scored_alone(model, context: str, continuation: str):
     """Pax's score of one pair, as `pax score` gives it: a Scorer of one row."""
     pair = encode_pair(model.tokenizer, context, continuation)
-    return Scorer(model.decoder, model.variables, batch_size=1).score([pair])[0]
+    return single_row_scorer(model).score([pair])[0]
+
+
+@functools.cache
+def single_row_scorer(model) -> Scorer:
+    """One Scorer of one row for the model: its program compiles once for each bucket length,
+    not once for each pair (a Scorer compiles its own)."""
+    return Scorer(model.decoder, model.variables, batch_size=1)
 
 
 def test_multiple_choice_is_scored_as_pax_score_scores(model, tmp_path):
