@@ -157,17 +157,26 @@ def _analysis_gib(memory) -> dict:
             if name.endswith("_in_bytes") and isinstance(getattr(memory, name), int)}
 
 
+def _policy_overrides(policy: str, steps: int) -> list[str]:
+    """The experiment's overrides for a step's ``POLICY`` (``CHECKPOINT_POLICY``, or
+    ``CHECKPOINT_POLICY+int8``: trained with ``QUANTIZE_TRAINING='int8'``) and ``steps``."""
+    remat, _, quantized = policy.partition("+")
+    return [f"CHECKPOINT_POLICY={remat}", f"NUM_TRAIN_STEPS={steps}",
+            *([f"QUANTIZE_TRAINING={quantized}"] if quantized else [])]
+
+
+def _sets(overrides: list[str]) -> list[str]:
+    return [a for o in overrides for a in ("--set", o)]
+
+
 def pax_run(model: str, policy: str, work: Path, steps: int, hlo_dir: Path | None) -> dict:
-    """``policy`` may end ``+int8``: trained with ``QUANTIZE_TRAINING='int8'``."""
+    """``policy`` may end ``+int8`` (``_policy_overrides``)."""
     job = work / f"pax-{model}-{policy}"
-    policy, _, quantized = policy.partition("+")
-    overrides = [f"CHECKPOINT_POLICY={policy}", f"NUM_TRAIN_STEPS={steps}",
-                 *([f"QUANTIZE_TRAINING={quantized}"] if quantized else [])]
-    sets = [a for o in overrides for a in ("--set", o)]
+    overrides = _policy_overrides(policy, steps)
     began = time.perf_counter()
     done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
-                *sets, "--no-eval-on-test")
-    found = {"step": f"pax-{model}-{policy}{'+' if quantized else ''}{quantized}",
+                *_sets(overrides), "--no-eval-on-test")
+    found = {"step": f"pax-{model}-{policy}",
              "exit": done.returncode,
              "sec": time.perf_counter() - began}
     if done.returncode:
@@ -205,17 +214,15 @@ def _newest_trace(folder: Path) -> Path:
 def profile(model: str, policy: str, work: Path, out: Path) -> dict:
     """Pax's step and the hand-written loop's, three of each traced."""
     job = work / f"profile-{model}"
-    remat, _, quantized = policy.partition("+")
-    sets = ["--set", f"CHECKPOINT_POLICY={remat}",
-            *(["--set", f"QUANTIZE_TRAINING={quantized}"] if quantized else [])]
     done = _pax("train", "--plugin", "lm", "--exp", EXPERIMENTS[model], "--job-dir", str(job),
-                *sets, "--set", "NUM_TRAIN_STEPS=12", "--profile-steps", "10:12",
+                *_sets(_policy_overrides(policy, 12)), "--profile-steps", "10:12",
                 "--no-eval-on-test")
     found = {"step": f"profile-{model}-{policy}", "pax_exit": done.returncode,
              "pax_tail": done.stderr[-800:]}
     if not done.returncode:
         (out / f"pax-{model}.xplane.pb").write_bytes(_newest_trace(job / "profile").read_bytes())
-    hand = hand_run(model, HAND_POLICY.get(remat, "qkv_out"), "--steps", "5", "--profile",
+    hand = hand_run(model, HAND_POLICY.get(policy.partition("+")[0], "qkv_out"), "--steps", "5",
+                    "--profile",
                     str(work / "hand"))
     found["hand"] = hand
     if not hand["exit"]:

@@ -66,9 +66,9 @@ CATALOGUE_NAMES = {ref.name for ref in EXPERIMENTS}
 
 
 def _step_count_variant(cls: type) -> bool:
-    """Whether ``cls`` is its base experiment with another ``NUM_TRAIN_STEPS`` and nothing else
-    (Pax's ``LimitSteps`` variants): its train step is its base's program."""
-    own = {name for name in vars(cls) if name.isupper()}
+    """Whether ``cls`` is its base experiment with another ``NUM_TRAIN_STEPS`` and nothing else,
+    no method either (Pax's ``LimitSteps`` variants): its train step is its base's program."""
+    own = {name for name in vars(cls) if not name.startswith("__")}
     return own == {"NUM_TRAIN_STEPS"} and cls.__bases__[0].__name__ in CATALOGUE_NAMES
 
 
