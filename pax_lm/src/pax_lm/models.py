@@ -72,7 +72,7 @@ class LanguageModel(nn.Module):
         xent = loss.xent
         num_predictions = jnp.sum(weights)
         avg_xent = loss.weighted_sum / jnp.maximum(num_predictions, 1.0)
-        correct = (loss.predicted == labels).astype(jnp.float32)
+        correct = loss.correct.astype(jnp.float32)
         sparse = _sparse_metrics(stats)
         aux = sparse["aux_loss"][0] if sparse else 0.0
         return ModelOutput(

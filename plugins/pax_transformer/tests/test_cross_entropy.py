@@ -49,7 +49,7 @@ def test_value_argmax_and_gradients_are_the_whole_logits(chunks, soft_cap):
         assert jnp.allclose(g, w, rtol=1e-5, atol=1e-6)
     out = cross_entropy(x, kernel, labels, weights, bias=bias, soft_cap=soft_cap, chunks=chunks)
     whole = logits(x, kernel, bias, soft_cap)
-    assert (out.predicted == jnp.argmax(whole, -1)).all()
+    assert (out.correct == (jnp.argmax(whole, -1) == labels)).all()
     assert jnp.allclose(out.xent, optax.softmax_cross_entropy_with_integer_labels(whole, labels),
                         rtol=1e-6)
 

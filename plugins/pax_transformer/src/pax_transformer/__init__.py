@@ -39,7 +39,6 @@ _EXPORTS = {
     # the next-token loss, a chunk of positions at a time
     "TokenLoss": "pax_transformer.layers.cross_entropy",
     "cross_entropy": "pax_transformer.layers.cross_entropy",
-    "vocab_argmax": "pax_transformer.layers.cross_entropy",
     "sinusoidal": "pax_transformer.layers.positions",
     "apply_rotary": "pax_transformer.layers.positions",
     "rotation": "pax_transformer.layers.positions",
