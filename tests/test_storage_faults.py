@@ -136,7 +136,8 @@ def _resumes_as_the_error_says(tmp_path: Path, error: str) -> int | None:
     where it named none (the metrics failed first), from the newest complete checkpoint: the
     newest with its checksum record (None: none is left, and the run started afresh); returns
     that step."""
-    assert int((tmp_path / "resumed.status").read_text()) == 0
+    assert int((tmp_path / "resumed.status").read_text()) == 0, (
+        f"{error}\nthe resume: {(tmp_path / 'resumed.err').read_text()[-1500:]}")
     resumed = (tmp_path / "resumed.out").read_text()
     kept = re.search(r"the newest complete checkpoint, step (\d+), is intact|"
                      r"step (\d+) itself is complete \(what failed came after it\)", error)
