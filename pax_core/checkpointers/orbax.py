@@ -152,23 +152,43 @@ class OrbaxCheckpointer(Checkpointer):
     def _failed(self, what: str, step: int, error: Exception) -> Exception:
         """What to raise for a save that failed: a storage failure as one line (its unfinished
         folder removed, which also gives back the space), anything else as is."""
-        found = storage_failure(error, self.directory, removed=self._replaced())
+        replaced = self._replaced()
+        found = storage_failure(error, self.directory, removed=replaced)
         if found is None:
             return error
         cause, remedy = found
         self._remove_unfinished(announce=False)
         with contextlib.suppress(Exception):  # what is on disk now is what a resume restores:
             self._manager.reload()  # a save can fail after its step was committed
-        intact = self._verifiable([s for s in self._manager.all_steps()
-                                   if (self._root / str(s)).is_dir()])
+        steps = [s for s in self._manager.all_steps() if (self._root / str(s)).is_dir()]
+        aside = self._set_aside_unrecorded(steps) if replaced else []
+        intact = self._verifiable([s for s in steps if s not in aside])
         if intact and max(intact) == step:  # committed; removing older steps after it failed
             kept = f"step {step} itself is complete (what failed came after it)"
         elif intact:
             kept = f"the newest complete checkpoint, step {max(intact)}, is intact"
         else:
             kept = "no complete checkpoint is left"
+        if aside:
+            kept += (f" (step {', '.join(map(str, aside))}, written as the directory went, is "
+                     f"set aside in {self._root.parent / 'unverified_checkpoints'})")
         return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
                         f"{remedy}, then run the same command to resume")
+
+    def _set_aside_unrecorded(self, steps: list[int]) -> list[int]:
+        """Set aside those of ``steps`` without their checksum record, in a directory that was
+        removed (and made again) under the run; returns them. A save in flight as the
+        directory went is finished by Orbax into the one made again, which holds only what
+        was written after the removal: such a step is no checkpoint to resume from (its
+        arrays' missing chunks would read as zeros), and the record it never got is what
+        tells it. Moved, not deleted: it is what the run last wrote."""
+        if not self._primary:
+            return []
+        aside = [s for s in steps if not integrity.has_record(self._root / str(s))]
+        for s in aside:
+            with contextlib.suppress(OSError):
+                self.set_aside(s, why="unverified")
+        return aside
 
     def _guarded(self, what: str, step: int, action: Callable[[], Any]) -> Any:
         """``action()``; when it fails, the saves still in flight are waited for (so that no
