@@ -128,7 +128,9 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
     saying the kill times are too late for the job. ``JOB_DIR`` may be in a bucket (``gs://``);
     the runs' output is then kept in a local temporary folder. The trials share a compilation
     cache of their own beside the output (a kill may cut an entry short, which JAX reports and
-    compiles again), so no other run meets what they leave. Each run is a process forked from
+    compiles again), so no other run meets what they leave, unless ``env`` names one
+    (``PAX_COMPILATION_CACHE``): one a run left alone filled first, its entries whole, saves
+    the trials a compile of every program. Each run is a process forked from
     one that imported Pax once (``pax_core.testing.forked``): a trial costs the run's own
     seconds, not an interpreter's start."""
     job_dir = job_path(job_dir)
@@ -260,9 +262,10 @@ def assert_same_params(got: Mapping[str, Any], want: Mapping[str, Any]) -> None:
 
 def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: int,
                      steps: int, devices: Sequence[int] = (1, 8)) -> dict[int, KillTrials]:
-    """For each device count (run side by side): ``pax train ARGS`` killed mid-run ``trials``
-    times and finished, and the same run left alone; asserts that no rerun met a damaged
-    checkpoint or failed with a traceback, that the killed run logged each of ``steps`` steps
+    """For each device count (run side by side): ``pax train ARGS`` left alone, then killed
+    mid-run ``trials`` times and finished (loading the programs the first compiled); asserts
+    that no rerun met a damaged checkpoint or failed with a traceback, that the killed run
+    logged each of ``steps`` steps
     once with the same loss, and that both end with the same parameters, bitwise. Returns the
     trials."""
     import concurrent.futures
@@ -270,11 +273,11 @@ def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: in
     root = Path(root)
 
     def chain(count: int) -> KillTrials:
-        env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": cpu_xla_flags(count)}
-        killed = kill_trials(args, root / f"killed-{count}", trials=trials, seed=count, env=env)
+        env = {"JAX_PLATFORMS": "cpu", "XLA_FLAGS": cpu_xla_flags(count),
+               "PAX_COMPILATION_CACHE": str(root / f"xla-{count}")}
         straight = kill_trials(args, root / f"straight-{count}", trials=0, env=env)
         assert straight.finished.returncode == 0, straight.finished.stderr
-        return killed
+        return kill_trials(args, root / f"killed-{count}", trials=trials, seed=count, env=env)
 
     with concurrent.futures.ThreadPoolExecutor(len(devices)) as pool:
         results = dict(zip(devices, pool.map(chain, devices), strict=True))
