@@ -222,8 +222,7 @@ def profile(model: str, policy: str, work: Path, out: Path) -> dict:
     if not done.returncode:
         (out / f"pax-{model}.xplane.pb").write_bytes(_newest_trace(job / "profile").read_bytes())
     hand = hand_run(model, HAND_POLICY.get(policy.partition("+")[0], "qkv_out"), "--steps", "5",
-                    "--profile",
-                    str(work / "hand"))
+                    "--profile", str(work / "hand"))
     found["hand"] = hand
     if not hand["exit"]:
         (out / f"hand-{model}.xplane.pb").write_bytes(_newest_trace(work / "hand").read_bytes())

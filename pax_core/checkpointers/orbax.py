@@ -161,8 +161,11 @@ class OrbaxCheckpointer(Checkpointer):
         with contextlib.suppress(Exception):  # what is on disk now is what a resume restores:
             self._manager.reload()  # a save can fail after its step was committed
         steps = [s for s in self._manager.all_steps() if (self._root / str(s)).is_dir()]
-        aside = self._set_aside_unrecorded(steps) if replaced else []
-        intact = self._verifiable([s for s in steps if s not in aside])
+        # In a directory made again under the run, a step without its record is not complete.
+        unrecorded = ([s for s in steps if not integrity.has_record(self._root / str(s))]
+                      if replaced else [])
+        aside = self._set_aside(unrecorded)
+        intact = self._verifiable([s for s in steps if s not in unrecorded])
         if intact and max(intact) == step:  # committed; removing older steps after it failed
             kept = f"step {step} itself is complete (what failed came after it)"
         elif intact:
@@ -171,24 +174,22 @@ class OrbaxCheckpointer(Checkpointer):
             kept = "no complete checkpoint is left"
         if aside:
             kept += (f" (step {', '.join(map(str, aside))}, written as the directory went, is "
-                     f"set aside in {self._root.parent / 'unverified_checkpoints'})")
+                     f"set aside in {os.path.dirname(next(iter(aside.values())))})")
         return RunError(f"{what} could not be written to {self.directory} ({cause}); {kept}: "
                         f"{remedy}, then run the same command to resume")
 
-    def _set_aside_unrecorded(self, steps: list[int]) -> list[int]:
-        """Set aside those of ``steps`` without their checksum record, in a directory that was
-        removed (and made again) under the run; returns them. A save in flight as the
-        directory went is finished by Orbax into the one made again, which holds only what
-        was written after the removal: such a step is no checkpoint to resume from (its
-        arrays' missing chunks would read as zeros), and the record it never got is what
-        tells it. Moved, not deleted: it is what the run last wrote."""
-        if not self._primary:
-            return []
-        aside = [s for s in steps if not integrity.has_record(self._root / str(s))]
-        for s in aside:
-            with contextlib.suppress(OSError):
-                self.set_aside(s, why="unverified")
-        return aside
+    def _set_aside(self, unrecorded: list[int]) -> dict[int, str]:
+        """Set aside the ``unrecorded`` steps of a directory that was removed (and made again)
+        under the run; returns where each one that could be moved went. A save in flight as
+        the directory went is finished by Orbax into the one made again, which holds only what
+        was written after the removal: such a step is no checkpoint to resume from, and the
+        checksum record it never got is what tells it. Moved, not deleted: it is what the run
+        last wrote."""
+        moved = {}
+        for step in unrecorded if self._primary else []:
+            with contextlib.suppress(OSError):  # the run is failing already: name what moved
+                moved[step] = self.set_aside(step, why="unverified")
+        return moved
 
     def _guarded(self, what: str, step: int, action: Callable[[], Any]) -> Any:
         """``action()``; when it fails, the saves still in flight are waited for (so that no

@@ -128,9 +128,9 @@ def kill_trials(args: Sequence[str], job_dir: str | os.PathLike, *, trials: int,
     saying the kill times are too late for the job. ``JOB_DIR`` may be in a bucket (``gs://``);
     the runs' output is then kept in a local temporary folder. The trials share a compilation
     cache of their own beside the output (a kill may cut an entry short, which JAX reports and
-    compiles again), so no other run meets what they leave, unless ``env`` names one
-    (``PAX_COMPILATION_CACHE``): one a run left alone filled first, its entries whole, saves
-    the trials a compile of every program. Each run is a process forked from
+    compiles again), so no other run meets what they leave; an ``env`` may name another
+    (``PAX_COMPILATION_CACHE``), such as one a run left alone has filled, its entries whole,
+    which spares the trials compiling every program. Each run is a process forked from
     one that imported Pax once (``pax_core.testing.forked``): a trial costs the run's own
     seconds, not an interpreter's start."""
     job_dir = job_path(job_dir)
@@ -265,9 +265,8 @@ def kill_and_compare(args: Sequence[str], root: str | os.PathLike, *, trials: in
     """For each device count (run side by side): ``pax train ARGS`` left alone, then killed
     mid-run ``trials`` times and finished (loading the programs the first compiled); asserts
     that no rerun met a damaged checkpoint or failed with a traceback, that the killed run
-    logged each of ``steps`` steps
-    once with the same loss, and that both end with the same parameters, bitwise. Returns the
-    trials."""
+    logged each of ``steps`` steps once with the same loss, and that both end with the same
+    parameters, bitwise. Returns the trials."""
     import concurrent.futures
 
     root = Path(root)

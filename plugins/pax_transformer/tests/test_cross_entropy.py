@@ -34,7 +34,7 @@ def _whole(x, kernel, bias, labels, weights, soft_cap):
 
 @pytest.mark.parametrize("soft_cap", [0.0, 5.0])
 @pytest.mark.parametrize("chunks", [1, 2, 4])
-def test_value_argmax_and_gradients_are_the_whole_logits(chunks, soft_cap):
+def test_value_accuracy_and_gradients_are_the_whole_logits(chunks, soft_cap):
     x, kernel, bias, labels, weights = _inputs()
 
     def chunked(x, kernel, bias):
