@@ -1,8 +1,9 @@
 """Synthetic batches from a seed, so that the loop runs without any modality installed.
 
 Two kinds: ``tokens`` (random ids in Pax's LM field names, as Pax's synthetic LM data: each row
-one sequence, so without ``segment_ids``, which would only say that nothing is packed and
-cost a model its masks and a TPU the segmented attention kernel) and
+one sequence, so without ``segment_ids`` or ``segment_pos``, which would only say that nothing
+is packed: the ids would cost a model its masks and a TPU the segmented attention kernel, the
+positions one row's rotary angles for every row, where the model's own ``arange`` shares them) and
 ``features`` (Gaussian features labelled by a fixed random linear teacher, so a classifier has
 something real to learn). Row ``r`` of global batch ``i`` depends only on (seed, i, r): a
 process draws only its own rows, the global batch is the same whatever the number of processes,
@@ -52,7 +53,6 @@ class SyntheticInput(Input):
             "ids": ids[:, :-1],
             "labels": ids[:, 1:],
             "weights": ones,
-            "segment_pos": np.tile(np.arange(self.seq_len, dtype=np.int32), (n, 1)),
         }
 
     def get_state(self) -> dict[str, Any]:

@@ -103,6 +103,7 @@ class PipelinedStack(nn.Module):
         if self.decode:
             return self._decode(layers, x, positions, decode_start), {}
         count = s.microbatches(x.shape[0])
+        positions = jnp.broadcast_to(positions, x.shape[:2])  # [1, L] shared: a row each
 
         per_group = self.num_layers // s.num_groups
         body = self._body(per_group, self.train)

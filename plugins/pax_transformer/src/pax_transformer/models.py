@@ -343,9 +343,9 @@ class TransformerLm(nn.Module):
         logits whole (``layers/cross_entropy.py``).
 
         segment_ids [B, L]: packed sequences; a token attends only to earlier tokens of its own
-        segment. positions [B, L]: each token's position within its segment, used by rotary,
-        sinusoidal and learned positions; defaults to arange(L), or when decoding to each row's
-        cache index plus arange(L).
+        segment. positions [B, L] (or [1, L], the same for every row): each token's position
+        within its segment, used by rotary, sinusoidal and learned positions; defaults to
+        arange(L) as [1, L], or when decoding to each row's cache index plus arange(L).
 
         decode=True: autoregressive decoding with a KV cache in the "cache" collection. Create
         it with ``model.init(rng, ids, decode=True)`` (``ids`` gives the batch size; the cache
@@ -380,9 +380,10 @@ class TransformerLm(nn.Module):
             decode_start = index.value
             if not self.is_initializing():
                 index.value = decode_start + length
-        if positions is None:
-            start = 0 if decode_start is None else decode_start[:, None]
-            positions = jnp.broadcast_to(start + jnp.arange(length), ids.shape)
+        if positions is None and decode_start is not None:
+            positions = decode_start[:, None] + jnp.arange(length)
+        elif positions is None:  # one row every row shares: its rotary angles computed once
+            positions = jnp.arange(length)[None, :]
         if self.position in ("sinusoidal", "sinusoidal_rotary"):
             x = x + sinusoidal(positions, self.model_dims, config.dtype)
         elif self.position == "learned":

@@ -102,7 +102,9 @@ def sinusoidal(positions: jax.Array, dims: int, dtype: Any = jnp.float32) -> jax
 def rotation(positions: jax.Array, frequencies: np.ndarray | jax.Array
              ) -> tuple[jax.Array, jax.Array]:
     """The sines and cosines [B, L, 1, R/2] (float32) of each token's rotary angles,
-    ``position * frequencies[i]`` for the [R/2] ``frequencies`` (``rotary_frequencies``).
+    ``position * frequencies[i]`` for the [R/2] ``frequencies`` (``rotary_frequencies``);
+    positions [1, L] that every row shares give [1, L, 1, R/2], which ``rotate`` broadcasts
+    (a layer then reads one row's angles, not the batch's).
 
     They carry the checkpoint name ``remat.ROTATION``, which every remat policy saves: in a
     scanned stack they depend on nothing a layer computes, so JAX computes them once outside
@@ -115,7 +117,7 @@ def rotation(positions: jax.Array, frequencies: np.ndarray | jax.Array
 
 
 def rotate(x: jax.Array, sin: jax.Array, cos: jax.Array) -> jax.Array:
-    """Rotate ``x`` [B, L, N, H] by a ``rotation``'s ``sin`` and ``cos`` [B, L, 1, R/2],
+    """Rotate ``x`` [B, L, N, H] by a ``rotation``'s ``sin`` and ``cos`` [B or 1, L, 1, R/2],
     rotate-half convention: dimension i of the first R/2 pairs with dimension i of the next
     R/2; dimensions R.. pass through (partial rotary). Computed in float32 and returned in
     ``x``'s dtype."""
