@@ -142,10 +142,11 @@ def test_a_scanned_stack_computes_what_a_looped_one_does_remat_included():
     loss, grads = run(False)
     scanned_loss, scanned_grads = run(True)
     np.testing.assert_allclose(scanned_loss, loss, rtol=1e-6)
-    assert max(relative_errors(scanned_grads, grads)) < 1e-5
-    # Recomputed in the backward pass, the forward's values may differ from the first pass's
-    # in their last bit, and the odd one then rounds to another int8 value: close, not equal
-    # (float against int8 differs by 2-3 % here).
+    # The two programs fuse their float passes differently, so a value may differ in its last
+    # bit, and the odd one then rounds to another int8 value; recomputed in the backward pass,
+    # the forward's values may differ from the first pass's alike. Close, then, not equal
+    # (0.4 % and 0.03 % here), where float against int8 differs by 3 %.
+    assert max(relative_errors(scanned_grads, grads)) < 0.01
     remat_loss, remat_grads = run(True, CHECKPOINT_POLICY="SAVE_NOTHING")
     np.testing.assert_allclose(remat_loss, loss, rtol=1e-6)
     assert max(relative_errors(remat_grads, grads)) < 0.015
