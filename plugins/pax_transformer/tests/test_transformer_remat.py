@@ -56,13 +56,18 @@ def _loop_bodies(jaxpr: jax.extend.core.Jaxpr) -> list[jax.extend.core.Jaxpr]:
     return found
 
 
-def _primitives(jaxpr: jax.extend.core.Jaxpr) -> set[str]:
-    """The primitives ``jaxpr`` evaluates, nested jaxprs included."""
-    names = {eqn.primitive.name for eqn in jaxpr.eqns}
+def _equations(jaxpr: jax.extend.core.Jaxpr) -> list:
+    """The equations ``jaxpr`` evaluates, nested jaxprs' included."""
+    found = list(jaxpr.eqns)
     for eqn in jaxpr.eqns:
         for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-            names |= _primitives(sub)
-    return names
+            found += _equations(sub)
+    return found
+
+
+def _primitives(jaxpr: jax.extend.core.Jaxpr) -> set[str]:
+    """The primitives ``jaxpr`` evaluates, nested jaxprs included."""
+    return {eqn.primitive.name for eqn in _equations(jaxpr)}
 
 
 # Gemma 3's layers: every second one global, the sliding ones with a rotary base of their own,
@@ -84,6 +89,10 @@ def test_rotary_angles_are_evaluated_outside_the_layers_loops(policy: str, field
     assert len(bodies) >= 2  # the forward and the backward loop
     assert all({"sin", "cos"}.isdisjoint(_primitives(body)) for body in bodies)
     assert {"sin", "cos"} <= _primitives(closed.jaxpr)
+    # Without positions of their own the rows share the decoder's, and one row's angles.
+    rows = {eqn.outvars[0].aval.shape[0] for eqn in _equations(closed.jaxpr)
+            if eqn.primitive.name in ("sin", "cos")}
+    assert ids.shape[0] > 1 and rows == {1}, rows
 
 
 @pytest.mark.parametrize("splash", [False, True], ids=["xla", "splash"])
