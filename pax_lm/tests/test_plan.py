@@ -12,9 +12,9 @@ things keep the sweep short without changing what it checks:
 * the process uses the test run's compilation cache, so an experiment whose train step is the
   same program as one planned before it (in this run or an earlier one) loads it instead of
   compiling it again, with the same plan;
-* XLA's CPU backend compiles with its legacy element-wise emitters
-  (``--xla_cpu_use_fusion_emitters=false``): its MLIR fusion emitters generate machine code that
-  a plan never runs, and take half of the sweep's time. The program is partitioned for the
+* the process compiles as every test does (``pax_core.testing.cpu_xla_flags``: XLA's legacy
+  element-wise emitters in place of its MLIR fusion emitters, whose machine code a plan never
+  runs, and which took half of the sweep's time). The program is partitioned for the
   experiment's mesh as before; only the CPU's fusion, and with it the temporaries' size, can
   differ, and no check here reads them. ``pax plan`` as a user runs it, fusion emitters on, is
   ``test_pax_plan_command_reports_and_judges_the_fit`` (and the speech and vision plans').
@@ -32,6 +32,7 @@ import sys
 import pytest
 from test_catalogue import decoder_fields, expected_count
 
+from pax_core.testing import cpu_xla_flags
 from pax_lm.experiments.base import PipelinedExperiment
 from pax_lm.experiments.catalogue import EXPERIMENTS
 
@@ -41,8 +42,6 @@ MAX_DEVICES = 512
 PUBLISHED_ACTIVE = {"Mixtral8x7B": 12_879_925_248, "Mixtral8x22B": 39_161_468_928,
                     "DeepSeekMoE16B": 2_828_650_496}
 PIPELINE_DEVICES = 1024
-# What the planning process's XLA runs with (see the module's docstring).
-PLAN_XLA_FLAGS = "--xla_cpu_use_fusion_emitters=false"
 
 PLAN_SCRIPT = """
 import json, sys
@@ -98,7 +97,7 @@ def test_experiments_compile_on_their_mesh(devices, names):
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     result = subprocess.run([sys.executable, "-c", PLAN_SCRIPT, str(devices), *names],
                             capture_output=True, text=True, timeout=900,
-                            env={**env, "XLA_FLAGS": PLAN_XLA_FLAGS})
+                            env={**env, "XLA_FLAGS": cpu_xla_flags(devices)})
     assert result.returncode == 0, result.stderr[-3000:]
     plans = [json.loads(line[len("PLAN "):]) for line in result.stdout.splitlines()
              if line.startswith("PLAN ")]
